@@ -1,0 +1,1 @@
+"""Everything that touches the machine: discovery, sources, the sampler, the ring, recording."""

@@ -1,0 +1,1 @@
+"""Counter sources, one module each, behind one small protocol."""

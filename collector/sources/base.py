@@ -1,0 +1,81 @@
+"""The two small protocols every counter source implements: fast (every tick) and slow (<= 1 Hz)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from detectors.counters import CounterSpec
+
+# Per-port status written beside every sample.
+STATUS_OK = 0
+STATUS_REBASELINE = 1  # first reading after the counter was (re)opened: no delta into it
+STATUS_MISSING = 2  # the read failed; the port is down and being retried with backoff
+
+
+class SourceError(Exception):
+    """A source cannot start: bad specification, unknown interface, nothing to read."""
+
+
+@dataclass(frozen=True, slots=True)
+class PortSpec:
+    """One port a fast source fills, in column order."""
+
+    device: str
+    port: int
+    line_rate_bytes_per_second: int  # 0 when unknown
+
+
+@dataclass(slots=True)
+class SampleRow:
+    """One tick's readings, one entry per port; a source overwrites them in place."""
+
+    timestamp_ns: list[int]  # CLOCK_MONOTONIC midpoint of the port's reads
+    xmit_bytes: list[int]  # cumulative, already in bytes
+    rcv_bytes: list[int]
+    read_ns: list[int]  # duration of the port's reads
+    status: list[int]  # STATUS_*
+
+    @classmethod
+    def for_ports(cls, count: int) -> SampleRow:
+        return cls([0] * count, [0] * count, [0] * count, [0] * count, [STATUS_OK] * count)
+
+
+class CounterSource(Protocol):
+    """A fast source: the data counters of its ports, read once per tick.
+
+    Constructed in the parent process (cheap, picklable: configuration only), then
+    ``open``-ed inside the sampler process, which owns the file descriptors.
+    """
+
+    name: str
+    ports: tuple[PortSpec, ...]
+
+    def open(self) -> None: ...
+
+    def read_into(self, row: SampleRow) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SlowReading:
+    """One slow counter or gauge of one port."""
+
+    device: str
+    port: int
+    name: str  # the kernel's name: symbol_error, port_xmit_wait, np_cnp_sent, rx_prio3_pause
+    value: int
+    counter: CounterSpec | None  # how it wraps; None for gauges (state, rate)
+
+
+class SlowSource(Protocol):
+    """A slow source: error, congestion and PFC counters, polled at <= 1 Hz."""
+
+    name: str
+
+    def open(self) -> None: ...
+
+    def poll(self) -> list[SlowReading]: ...
+
+    def close(self) -> None: ...

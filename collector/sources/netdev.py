@@ -1,0 +1,59 @@
+"""Kernel netdev byte counters: <root>/class/net/IF/statistics/{tx,rx}_bytes.
+
+Right for a plain kernel interface (the veth testbed, a TCP/IP NIC). Wrong for RoCE: an
+mlx5 netdev's statistics exclude RDMA traffic, so discovery never uses them for a port.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collector.discovery import read_attribute
+from collector.sources.base import PortSpec, SourceError
+from collector.sources.files import CounterFiles, FileCounterSource
+
+
+def interface_line_rate(sysfs_root: str, interface: str) -> int | None:
+    """Bytes per second from class/net/IF/speed (Mb/s); None where the kernel has no speed.
+
+    Virtual interfaces (lo, some veth, tun) fail the read with EINVAL or report -1.
+    """
+    try:
+        megabits = int(read_attribute(Path(sysfs_root) / "class" / "net" / interface / "speed"))
+    except (OSError, ValueError):
+        return None
+    return megabits * 1_000_000 // 8 if megabits > 0 else None
+
+
+@dataclass
+class NetdevSource(FileCounterSource):
+    """The interfaces the user names; each is a port 1 of a "device" named after it."""
+
+    interfaces: tuple[str, ...]
+    sysfs_root: str = "/sys"
+    line_rate_bytes_per_second: int | None = None  # --line-rate overrides speed
+    name: str = "netdev"
+    ports: tuple[PortSpec, ...] = field(init=False)
+    _files: tuple[CounterFiles, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.interfaces or any(not name for name in self.interfaces):
+            raise SourceError("netdev source needs interface names: netdev:IF[,IF...]")
+        root = Path(self.sysfs_root)
+        if not root.is_dir():
+            raise SourceError(f"sysfs root {str(root)!r} is not a directory")
+        ports, files = [], []
+        for interface in self.interfaces:
+            statistics = root / "class" / "net" / interface / "statistics"
+            if not (statistics / "tx_bytes").is_file():
+                raise SourceError(f"unknown interface {interface!r}: no {statistics}/tx_bytes")
+            rate = self.line_rate_bytes_per_second or interface_line_rate(
+                self.sysfs_root, interface
+            )
+            ports.append(PortSpec(interface, 1, rate or 0))
+            files.append(
+                CounterFiles(str(statistics / "tx_bytes"), str(statistics / "rx_bytes"), 1)
+            )
+        self.ports = tuple(ports)
+        self._files = tuple(files)

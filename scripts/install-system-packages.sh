@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the integration tests use (prometheus for promtool and the
+# server, mosquitto for MQTT, iproute2 for the veth testbed) when they are missing and we
+# are root. Anywhere else it says what is missing and leaves the tests to skip.
+set -euo pipefail
+need=()
+command -v promtool  >/dev/null 2>&1 || need+=(prometheus)
+command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
+command -v ip        >/dev/null 2>&1 || need+=(iproute2)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "system packages missing: ${need[*]} (not root or no apt-get: integration tests will skip)" >&2
+    exit 0
+fi
+echo "installing Debian packages: ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# --no-install-recommends keeps the services from pulling in half a desktop; policy-rc.d
+# stops Debian from starting the daemons: the tests start their own on free ports.
+policy=/usr/sbin/policy-rc.d
+created_policy=0
+if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; created_policy=1; fi
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+[ "$created_policy" -eq 1 ] && rm -f "$policy"
+exit 0
