@@ -1,0 +1,5 @@
+import sys
+
+from burstscope.cli import main
+
+sys.exit(main())

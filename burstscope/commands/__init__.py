@@ -1,0 +1,1 @@
+"""Sub-commands: each module exposes register(subparsers)."""

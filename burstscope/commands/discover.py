@@ -1,0 +1,67 @@
+"""``burstscope discover``: every InfiniBand and RoCE port, as a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from burstscope.errors import UsageError
+from collector.discovery import Discovery, DiscoveryError, compile_filter, discover
+
+
+def add_port_selection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sysfs-root", default="/sys", help="root of sysfs (default: /sys)")
+    parser.add_argument("--include", metavar="RE", help="only devices matching this expression")
+    parser.add_argument("--exclude", metavar="RE", help="skip devices matching this expression")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("discover", help="list InfiniBand and RoCE ports")
+    add_port_selection(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(func=run)
+
+
+def run_discovery(args: argparse.Namespace) -> Discovery:
+    try:
+        include = compile_filter(args.include, "--include")
+        exclude = compile_filter(args.exclude, "--exclude")
+        return discover(args.sysfs_root, include, exclude)
+    except (ValueError, DiscoveryError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    found = run_discovery(args)
+    if args.json:
+        print(json.dumps(found.to_json(), indent=2))
+        return 0
+    console = Console()
+    table = Table(title=f"RDMA ports under {args.sysfs_root}")
+    for column in ("device", "port", "link layer", "state", "rate", "netdev", "counters"):
+        table.add_column(column)
+    for port in found.ports:
+        rate = port.rate_bytes_per_second
+        table.add_row(
+            port.device,
+            str(port.port),
+            port.link_layer,
+            port.state.name if port.state else "?",
+            f"{rate * 8 / 1e9:g} Gb/s" if rate else "?",
+            port.netdev or "",
+            str(len(port.counters)),
+        )
+    console.print(table)
+    if found.skipped:
+        print("skipped:", file=sys.stderr if not found.ports else sys.stdout)
+        for skip in found.skipped:
+            where = skip.device if skip.port is None else f"{skip.device}/{skip.port}"
+            print(f"  {where}: {skip.reason}")
+    if not found.ports:
+        print(f"no InfiniBand or RoCE ports under {args.sysfs_root}/class/infiniband")
+    return 0
