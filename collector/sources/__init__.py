@@ -1,1 +1,47 @@
-"""Counter sources, one module each, behind one small protocol."""
+"""Counter sources, one module each, behind one small protocol; ``build_source`` parses a SPEC.
+
+A SPEC is ``NAME`` or ``NAME:ARGUMENT``: ``sysfs`` (every discovered port),
+``netdev:IF[,IF...]``, ``sim[:PROFILE]``, ``replay:PATH``. Adding a source touches its
+module (which defines ``from_spec``) and one line of ``_REGISTRY``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+
+from collector.sources.base import CounterSource, SourceError
+
+_REGISTRY = {
+    "sysfs": "collector.sources.infiniband",
+    "netdev": "collector.sources.netdev",
+    "sim": "collector.sources.sim",
+    "replay": "collector.sources.replay",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """Settings every source may use; each takes what applies to it."""
+
+    sysfs_root: str = "/sys"
+    include: re.Pattern[str] | None = None
+    exclude: re.Pattern[str] | None = None
+    line_rate_bytes_per_second: int | None = None
+
+
+def source_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def build_source(spec: str, options: SourceOptions | None = None) -> CounterSource:
+    """The source a SPEC names; raises SourceError with one clear line when it cannot be built."""
+    name, _, argument = spec.partition(":")
+    module_name = _REGISTRY.get(name)
+    if module_name is None:
+        known = ", ".join(_REGISTRY)
+        raise SourceError(f"unknown source {spec!r} (known: {known})")
+    module = importlib.import_module(module_name)
+    source: CounterSource = module.from_spec(argument or None, options or SourceOptions())
+    return source

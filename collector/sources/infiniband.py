@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collector.discovery import DATA_COUNTER_OCTETS, Discovery, DiscoveryError, discover
+from collector.sources import SourceOptions
 from collector.sources.base import PortSpec, SourceError
 from collector.sources.files import CounterFiles, FileCounterSource
 
@@ -46,3 +47,9 @@ class InfiniBandSource(FileCounterSource):
             )
             for p in self.discovery.ports
         )
+
+
+def from_spec(argument: str | None, options: SourceOptions) -> InfiniBandSource:
+    if argument:
+        raise SourceError(f"the sysfs source takes no argument (got {argument!r})")
+    return InfiniBandSource(options.sysfs_root, options.include, options.exclude)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collector.discovery import read_attribute
+from collector.sources import SourceOptions
 from collector.sources.base import PortSpec, SourceError
 from collector.sources.files import CounterFiles, FileCounterSource
 
@@ -57,3 +58,8 @@ class NetdevSource(FileCounterSource):
             )
         self.ports = tuple(ports)
         self._files = tuple(files)
+
+
+def from_spec(argument: str | None, options: SourceOptions) -> NetdevSource:
+    interfaces = tuple((argument or "").split(","))
+    return NetdevSource(interfaces, options.sysfs_root, options.line_rate_bytes_per_second)

@@ -1,0 +1,101 @@
+"""``burstscope record``: sample a source at a fixed interval into a Parquet trace."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from burstscope.commands.discover import add_port_selection
+from burstscope.errors import UsageError
+from collector.discovery import compile_filter
+from collector.recorder import record
+from collector.sampler import SamplerConfig, SamplerError, parse_interval
+from collector.sources import SourceOptions, build_source
+from collector.sources.base import CounterSource, SourceError
+from collector.trace import TraceError, prepare_output
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--source",
+        default="sysfs",
+        metavar="SPEC",
+        help="sysfs (every discovered port, default), netdev:IF[,IF...], sim[:PROFILE], "
+        "replay:PATH",
+    )
+    add_port_selection(parser)
+    parser.add_argument(
+        "--line-rate", metavar="GBITS", type=float, help="line rate in Gb/s (netdev sources)"
+    )
+    parser.add_argument("--interval", default="1ms", help="sampling interval, 100us..60s")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("record", help="record a source into a Parquet trace")
+    add_source_arguments(parser)
+    parser.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
+    parser.add_argument("-o", "--output", required=True, metavar="PATH", help="trace directory")
+    parser.set_defaults(func=run)
+
+
+def source_from_args(args: argparse.Namespace) -> CounterSource:
+    line_rate = None
+    if args.line_rate is not None:
+        if args.line_rate <= 0:
+            raise UsageError(f"--line-rate {args.line_rate:g} must be positive")
+        line_rate = round(args.line_rate * 1e9 / 8)
+    try:
+        options = SourceOptions(
+            sysfs_root=args.sysfs_root,
+            include=compile_filter(args.include, "--include"),
+            exclude=compile_filter(args.exclude, "--exclude"),
+            line_rate_bytes_per_second=line_rate,
+        )
+        return build_source(args.source, options)
+    except (ValueError, SourceError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def sampler_config_from_args(args: argparse.Namespace) -> SamplerConfig:
+    try:
+        return SamplerConfig(interval_ns=parse_interval(args.interval))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.duration is not None and args.duration <= 0:
+        raise UsageError(f"--duration {args.duration:g} must be positive")
+    config = sampler_config_from_args(args)
+    source = source_from_args(args)
+    path = Path(args.output)
+    try:
+        prepare_output(path)
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+
+    stopping = False
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        summary = record(source, path, args.duration, config, should_stop=lambda: stopping)
+    except (SamplerError, TraceError) as exc:
+        raise UsageError(str(exc)) from None
+    print(
+        f"recorded {summary.rows} rows of {len(source.ports)} port(s) in {summary.pieces} "
+        f"piece(s) to {path}: {summary.ticks} ticks, {summary.missed_ticks} missed, "
+        f"{summary.missing_samples} failed reads, "
+        f"{'SCHED_FIFO' if summary.realtime else 'normal scheduling'}"
+        + (f", CPU {summary.cpu}" if summary.cpu >= 0 else ""),
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,77 @@
+"""Recording: the sampler's ring, drained every 100 ms into a trace of closed Parquet pieces."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from collector.consumer import RingReader
+from collector.ring import Field
+from collector.sampler import Sampler, SamplerConfig, SamplerError
+from collector.sources.base import CounterSource
+from collector.trace import TraceWriter
+
+_DRAIN_SECONDS = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSummary:
+    rows: int
+    pieces: int
+    ticks: int
+    missed_ticks: int
+    lost_rows: int  # rows the ring overwrote before they were drained (should be 0)
+    missing_samples: int  # port readings that failed
+    realtime: bool
+    cpu: int
+
+
+def record(
+    source: CounterSource,
+    path: Path,
+    duration_seconds: float | None,
+    config: SamplerConfig,
+    piece_seconds: float = 5.0,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> RecordSummary:
+    """Sample ``source`` into ``path`` for ``duration_seconds`` (None: until should_stop()).
+
+    Whatever was sampled before a stop, a failure or an exception is flushed as a closed
+    piece before returning or raising.
+    """
+    writer = TraceWriter(path, piece_seconds)
+    sampler = Sampler(source, config)
+    try:
+        ring = sampler.start()
+        reader = RingReader(ring, source.ports)
+        started = time.monotonic()
+        try:
+            while not should_stop():
+                if duration_seconds is not None:
+                    remaining = started + duration_seconds - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    time.sleep(min(_DRAIN_SECONDS, remaining))
+                else:
+                    time.sleep(_DRAIN_SECONDS)
+                writer.append(reader.poll())
+                if not sampler.alive:
+                    raise SamplerError("the sampler process died")
+        finally:
+            sampler.stop()
+            writer.append(reader.poll())
+            writer.close()
+        return RecordSummary(
+            rows=writer.rows_written,
+            pieces=writer.pieces_written,
+            ticks=ring.get(Field.TICKS),
+            missed_ticks=ring.get(Field.MISSED_TICKS),
+            lost_rows=reader.lost_rows,
+            missing_samples=reader.missing_samples,
+            realtime=bool(ring.get(Field.REALTIME)),
+            cpu=ring.get(Field.CPU),
+        )
+    finally:
+        sampler.close()

@@ -1,0 +1,193 @@
+"""The shared-memory ring: the sampler process writes one row per tick, other processes read.
+
+One writer, any number of readers, no locks. The writer fills row ``head % capacity`` and
+only then advances ``head``; a reader copies the rows it has not seen and, after copying,
+re-reads ``head`` to discard any row the writer may have overwritten meanwhile (those are
+counted as lost, never returned torn). Stores are ordered on x86-64 (TSO); on weaker
+memory models a reader may, rarely, see a row a moment before it is complete.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from collector.sources.base import SampleRow
+
+_MAGIC = 0x62757273_74736370  # "burstscp"
+_HEADER_WORDS = 64
+
+
+class Field(enum.IntEnum):
+    """Header words (int64) shared by the sampler and its readers."""
+
+    MAGIC = 0
+    PORTS = 1
+    CAPACITY = 2
+    HEAD = 3  # rows written since start; row i lives at slot i % capacity
+    TICKS = 4  # ticks run
+    MISSED_TICKS = 5  # deadlines skipped because the sampler was over a whole interval late
+    STATE = 6  # SamplerState
+    STOP_REQUESTED = 7
+    HEARTBEAT_NS = 8  # CLOCK_MONOTONIC of the latest tick
+    WALL_OFFSET_NS = 9  # CLOCK_REALTIME - CLOCK_MONOTONIC, fixed at start
+    INTERVAL_NS = 10
+    PID = 11
+    REALTIME = 12  # 1 when SCHED_FIFO was granted
+    CPU = 13  # the CPU the sampler is pinned to, -1 when not pinned
+    TIMER_SLACK_NS = 14
+    READ_ERRORS = 15
+    REOPENS = 16
+    STARTED_NS = 17  # CLOCK_MONOTONIC at the first tick
+
+
+class SamplerState(enum.IntEnum):
+    STARTING = 0
+    RUNNING = 1
+    STOPPED = 2
+    FAILED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class RingRows:
+    """Rows copied out of the ring, oldest first."""
+
+    first_row: int  # the row number of index 0
+    timestamp_ns: npt.NDArray[Any]  # [rows, ports] CLOCK_MONOTONIC midpoints
+    xmit_bytes: npt.NDArray[Any]  # [rows, ports]
+    rcv_bytes: npt.NDArray[Any]
+    read_ns: npt.NDArray[Any]
+    status: npt.NDArray[Any]
+    lateness_ns: npt.NDArray[Any]  # [rows] wake-up time minus deadline
+    lost_rows: int  # rows overwritten before this reader got to them
+
+    def __len__(self) -> int:
+        return int(self.lateness_ns.shape[0])
+
+
+def capacity_for(interval_ns: int, seconds: float = 64.0) -> int:
+    """Rows needed to hold at least ``seconds`` of ticks (the design asks for >= 60 s)."""
+    return max(1024, int(seconds * 1e9 // interval_ns) + 1)
+
+
+class Ring:
+    """A fixed-size table of ticks in one shared-memory block."""
+
+    def __init__(self, memory: shared_memory.SharedMemory, owner: bool) -> None:
+        self._memory = memory
+        self._owner = owner
+        self.header: npt.NDArray[Any] = np.ndarray(
+            (_HEADER_WORDS,), dtype=np.int64, buffer=memory.buf
+        )
+        if self.header[Field.MAGIC] != _MAGIC:
+            raise ValueError(f"shared memory {memory.name!r} is not a burstscope ring")
+        ports = int(self.header[Field.PORTS])
+        capacity = int(self.header[Field.CAPACITY])
+        self.ports = ports
+        self.capacity = capacity
+        offset = _HEADER_WORDS * 8
+        self.timestamp_ns, offset = _view(memory, offset, (capacity, ports), np.int64)
+        self.xmit_bytes, offset = _view(memory, offset, (capacity, ports), np.uint64)
+        self.rcv_bytes, offset = _view(memory, offset, (capacity, ports), np.uint64)
+        self.read_ns, offset = _view(memory, offset, (capacity, ports), np.int64)
+        self.lateness_ns, offset = _view(memory, offset, (capacity,), np.int64)
+        self.status, offset = _view(memory, offset, (capacity, ports), np.uint8)
+
+    @property
+    def name(self) -> str:
+        return self._memory.name
+
+    @classmethod
+    def create(cls, ports: int, capacity: int) -> Ring:
+        size = _HEADER_WORDS * 8 + capacity * ports * (8 * 4 + 1) + capacity * 8
+        memory = shared_memory.SharedMemory(create=True, size=size)
+        header = np.ndarray((_HEADER_WORDS,), dtype=np.int64, buffer=memory.buf)
+        header[:] = 0
+        header[Field.PORTS] = ports
+        header[Field.CAPACITY] = capacity
+        header[Field.CPU] = -1
+        header[Field.MAGIC] = _MAGIC
+        return cls(memory, owner=True)
+
+    @classmethod
+    def attach(cls, name: str) -> Ring:
+        # Attached only from the sampler process, which shares its parent's resource
+        # tracker (spawn hands it over), so registering the name again is harmless and
+        # only the creator unlinks.
+        return cls(shared_memory.SharedMemory(name=name), owner=False)
+
+    def get(self, field: Field) -> int:
+        return int(self.header[field])
+
+    def set(self, field: Field, value: int) -> None:
+        self.header[field] = value
+
+    def write(self, row: SampleRow, lateness_ns: int) -> None:
+        """Writer side: one tick. The row becomes visible when ``head`` advances."""
+        head = int(self.header[Field.HEAD])
+        slot = head % self.capacity
+        self.timestamp_ns[slot] = row.timestamp_ns
+        self.xmit_bytes[slot] = row.xmit_bytes
+        self.rcv_bytes[slot] = row.rcv_bytes
+        self.read_ns[slot] = row.read_ns
+        self.status[slot] = row.status
+        self.lateness_ns[slot] = lateness_ns
+        self.header[Field.HEAD] = head + 1
+
+    def read_since(self, cursor: int) -> tuple[int, RingRows]:
+        """Reader side: the rows written since ``cursor``; returns the new cursor."""
+        head = int(self.header[Field.HEAD])
+        # The writer may be filling slot head % capacity right now: that is row
+        # head - capacity, so only rows from head - capacity + 1 on are whole.
+        oldest = max(cursor, head - self.capacity + 1)
+        slots = np.arange(oldest, head) % self.capacity
+        copies = (
+            self.timestamp_ns[slots],
+            self.xmit_bytes[slots],
+            self.rcv_bytes[slots],
+            self.read_ns[slots],
+            self.status[slots],
+            self.lateness_ns[slots],
+        )
+        # Rows the writer overwrote while we copied are dropped, not returned torn.
+        after = int(self.header[Field.HEAD])
+        overwritten = min(len(slots), max(0, after - self.capacity + 1 - oldest))
+        timestamp_ns, xmit_bytes, rcv_bytes, read_ns, status, lateness_ns = (
+            array[overwritten:] for array in copies
+        )
+        rows = RingRows(
+            first_row=oldest + overwritten,
+            timestamp_ns=timestamp_ns,
+            xmit_bytes=xmit_bytes,
+            rcv_bytes=rcv_bytes,
+            read_ns=read_ns,
+            status=status,
+            lateness_ns=lateness_ns,
+            lost_rows=oldest - cursor + overwritten,
+        )
+        return head, rows
+
+    def close(self) -> None:
+        # Views into the buffer must go before the mapping can close.
+        for name in ("header", "timestamp_ns", "xmit_bytes", "rcv_bytes", "read_ns"):
+            setattr(self, name, None)
+        self.lateness_ns = None  # type: ignore[assignment]
+        self.status = None  # type: ignore[assignment]
+        self._memory.close()
+        if self._owner:
+            self._memory.unlink()
+
+
+def _view(
+    memory: shared_memory.SharedMemory,
+    offset: int,
+    shape: tuple[int, ...],
+    dtype: type[np.generic],
+) -> tuple[npt.NDArray[Any], int]:
+    array: npt.NDArray[Any] = np.ndarray(shape, dtype=dtype, buffer=memory.buf, offset=offset)
+    return array, offset + array.nbytes

@@ -1,0 +1,235 @@
+"""The sampler process: a fixed cadence to absolute deadlines, honest timestamps, one ring.
+
+It runs in a process of its own because the GIL switch interval is 5 ms: an HTTP thread
+serving a scrape in the same interpreter could stall a 1 ms loop. Nothing else runs here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import multiprocessing
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from types import FrameType
+from typing import Any
+
+from collector.ring import Field, Ring, SamplerState, capacity_for
+from collector.sources.base import CounterSource, SampleRow
+
+MIN_INTERVAL_NS = 100_000
+MAX_INTERVAL_NS = 60_000_000_000
+_PR_SET_PDEATHSIG = 1
+_PR_SET_TIMERSLACK = 29
+_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s)?\s*$")
+
+
+def parse_interval(text: str) -> int:
+    """Nanoseconds from "1ms", "100us", "0.5s" or a bare number of seconds; range-checked."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"interval {text!r} is not a duration like 1ms, 100us or 0.5s")
+    value = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    nanoseconds = round(value)
+    if not MIN_INTERVAL_NS <= nanoseconds <= MAX_INTERVAL_NS:
+        raise ValueError(f"interval {text!r} is outside the supported range 100us to 60s")
+    return nanoseconds
+
+
+@dataclass(frozen=True, slots=True)
+class SamplerConfig:
+    interval_ns: int = 1_000_000
+    # SCHED_FIFO priority to ask for (needs CAP_SYS_NICE or RLIMIT_RTPRIO); None: don't.
+    realtime_priority: int | None = 10
+    # CPU to pin to; None picks the last allowed CPU when there are several, -1 disables.
+    cpu: int | None = None
+    # Timer slack defaults to 50 us and would show as lateness (PR_SET_TIMERSLACK(2const)).
+    timer_slack_ns: int = 1
+    # Busy-wait this long before each deadline instead of sleeping: trades CPU for jitter.
+    spin_ns: int = 0
+    ring_seconds: float = 64.0
+
+
+class SamplerError(Exception):
+    """The sampler process could not start or died."""
+
+
+def _prctl(option: int, value: int) -> bool:
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return False
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    return int(libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0)) == 0
+
+
+def _tune(config: SamplerConfig, ring: Ring) -> None:
+    """Best effort: every knob is used when permitted and recorded, never required."""
+    if config.timer_slack_ns and _prctl(_PR_SET_TIMERSLACK, config.timer_slack_ns):
+        ring.set(Field.TIMER_SLACK_NS, config.timer_slack_ns)
+    cpu = config.cpu
+    if cpu is None:
+        allowed = sorted(os.sched_getaffinity(0))
+        cpu = allowed[-1] if len(allowed) > 1 else -1
+    if cpu >= 0:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, {cpu})
+            ring.set(Field.CPU, cpu)
+    if config.realtime_priority is not None:
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(config.realtime_priority))
+            ring.set(Field.REALTIME, 1)
+
+
+def _wall_offset_ns() -> int:
+    """CLOCK_REALTIME - CLOCK_MONOTONIC from the tightest of a few bracketed reads."""
+    best: tuple[int, int] | None = None
+    for _ in range(5):
+        before = time.monotonic_ns()
+        wall = time.time_ns()
+        after = time.monotonic_ns()
+        if best is None or after - before < best[0]:
+            best = (after - before, wall - (before + after) // 2)
+    assert best is not None
+    return best[1]
+
+
+def run_loop(source: CounterSource, ring: Ring, interval_ns: int, spin_ns: int = 0) -> None:
+    """Tick until asked to stop. Late ticks run at once; a whole missed deadline is counted."""
+    header = ring.header
+    row = SampleRow.for_ports(len(source.ports))
+    clock = time.monotonic_ns
+    sleep = time.sleep
+    read_into = source.read_into
+    write = ring.write
+    stop, ticks_field, heartbeat, missed_field = (
+        Field.STOP_REQUESTED,
+        Field.TICKS,
+        Field.HEARTBEAT_NS,
+        Field.MISSED_TICKS,
+    )
+    parent = os.getppid()
+    ticks = 0
+    missed = 0
+    deadline = clock() + interval_ns
+    header[Field.STARTED_NS] = deadline
+    while not header[stop]:
+        wait = deadline - clock() - spin_ns
+        if wait > 0:
+            sleep(wait / 1e9)
+        if spin_ns:
+            while clock() < deadline:
+                pass
+        woke = clock()
+        read_into(row)
+        write(row, woke - deadline)
+        ticks += 1
+        header[ticks_field] = ticks
+        header[heartbeat] = woke
+        deadline += interval_ns
+        finished = clock()
+        if finished >= deadline + interval_ns:
+            skipped = (finished - deadline) // interval_ns
+            missed += skipped
+            deadline += skipped * interval_ns
+            header[missed_field] = missed
+        if ticks & 1023 == 0 and os.getppid() != parent:
+            break  # the consumer died without stopping us
+
+
+def _sampler_main(
+    source: CounterSource, ring_name: str, config: SamplerConfig, channel: Connection
+) -> None:
+    ring = Ring.attach(ring_name)
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        ring.set(Field.STOP_REQUESTED, 1)
+
+    # The parent decides when sampling ends (Ctrl-C reaches the whole process group).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, request_stop)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    try:
+        ring.set(Field.PID, os.getpid())
+        ring.set(Field.INTERVAL_NS, config.interval_ns)
+        _tune(config, ring)
+        source.open()
+        ring.set(Field.WALL_OFFSET_NS, _wall_offset_ns())
+        ring.set(Field.STATE, SamplerState.RUNNING)
+        channel.send(("running", ""))
+        run_loop(source, ring, config.interval_ns, config.spin_ns)
+        ring.set(Field.STATE, SamplerState.STOPPED)
+    except Exception as exc:
+        ring.set(Field.STATE, SamplerState.FAILED)
+        with contextlib.suppress(OSError):
+            channel.send(("failed", f"{type(exc).__name__}: {exc}"))
+    finally:
+        source.close()
+        channel.close()
+        ring.close()
+
+
+class Sampler:
+    """Starts the sampler process over a new ring and stops it; a context manager."""
+
+    def __init__(self, source: CounterSource, config: SamplerConfig | None = None) -> None:
+        self.source = source
+        self.config = config or SamplerConfig()
+        self.ring = Ring.create(
+            len(source.ports), capacity_for(self.config.interval_ns, self.config.ring_seconds)
+        )
+        self._process: Any = None
+
+    def start(self, timeout: float = 30.0) -> Ring:
+        # spawn, not fork: the consumer may already run threads (HTTP, MQTT) when it starts us.
+        context = multiprocessing.get_context("spawn")
+        receiver, sender = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=_sampler_main,
+            args=(self.source, self.ring.name, self.config, sender),
+            name="burstscope-sampler",
+            daemon=True,
+        )
+        self._process.start()
+        sender.close()
+        if not receiver.poll(timeout):
+            self.stop()
+            raise SamplerError(f"sampler did not start within {timeout:g} s")
+        try:
+            state, message = receiver.recv()
+        except EOFError:
+            state, message = "failed", f"sampler exited with status {self._process.exitcode}"
+        receiver.close()
+        if state != "running":
+            self.stop()
+            raise SamplerError(message)
+        return self.ring
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and bool(self._process.is_alive())
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self.ring.set(Field.STOP_REQUESTED, 1)
+        if self._process is None:
+            return
+        self._process.join(timeout)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(timeout)
+        self._process = None
+
+    def close(self) -> None:
+        self.stop()
+        self.ring.close()
+
+    def __enter__(self) -> Ring:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
