@@ -1,0 +1,351 @@
+"""Polls the slow counter sources (errors, congestion, PFC) at <= 1 Hz in one background thread.
+
+This runs in the consumer process beside the exporter, never in the 1 ms sampler process:
+these reads are firmware commands on mlx5 (linux-counters.md s4) and a slow one must not
+cost the sampler a tick. Counter arithmetic is detectors.counters.CounterTracker's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from collector.discovery import (
+    InfiniBandPort,
+    parse_rate,
+    parse_state,
+    read_attribute,
+)
+from collector.sources import rdma_netlink
+from collector.sources.base import SlowSource
+from collector.sources.ethtool import EthtoolSource
+from collector.sources.hw_counters import LIFESPAN, HwCountersSysfsSource
+from collector.sources.infiniband import InfiniBandSource
+from collector.sources.netdev import NetdevSource
+from collector.sources.port_slow import PortSlowSource
+from collector.sources.rdma_netlink import RdmaNetlinkSource
+from detectors.counters import CounterTracker
+
+_LOG = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_SECONDS = 1.0
+# The design limit: faster would multiply firmware commands for no operator benefit.
+MINIMUM_INTERVAL_SECONDS = 1.0
+RECENT_DURATIONS = 64
+
+CounterKey = tuple[str, int, str]  # (device, port, name)
+
+
+@runtime_checkable
+class ReportsReadErrors(Protocol):
+    """Sources that skip individual files report how many reads failed and the last reason."""
+
+    read_errors: int
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CounterState:
+    """The latest reading of one slow counter or gauge."""
+
+    source: str
+    device: str
+    port: int
+    name: str
+    value: int  # the latest raw value (a gauge's value for state, rate)
+    increment: int | None  # known increments summed since the first poll; None for gauges
+    resets: int  # times the counter went backwards and was re-baselined
+    saturated: bool  # a PortCounter at all-ones: the value is a lower bound
+    timestamp_ns: int  # CLOCK_MONOTONIC midpoint of the poll that read it
+
+
+@dataclass(frozen=True, slots=True)
+class SourceHealth:
+    """How one source is doing: enough to export a read-duration Histogram later."""
+
+    name: str
+    polls: int  # polls that returned
+    errors: int  # failed opens and polls, plus files the source skipped
+    last_error: str | None
+    last_read_seconds: float | None
+    read_seconds_sum: float
+    read_seconds_count: int
+    recent_read_seconds: tuple[float, ...]  # the last RECENT_DURATIONS, oldest first
+
+
+@dataclass(frozen=True, slots=True)
+class SlowSnapshot:
+    counters: dict[CounterKey, CounterState]
+    sources: tuple[SourceHealth, ...]  # in the order the sources were given
+
+
+@dataclass
+class _SourceState:
+    source: SlowSource
+    interval_ns: int
+    next_due_ns: int = 0
+    opened: bool = False
+    rebaseline: bool = False
+    polls: int = 0
+    errors: int = 0
+    reported_read_errors: int = 0
+    last_error: str | None = None
+    last_read_seconds: float | None = None
+    read_seconds_sum: float = 0.0
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_DURATIONS))
+
+
+class SlowPoller:
+    """Polls each source at its own interval in one daemon thread; snapshot() is thread-safe.
+
+    A source whose open() or poll() raises is counted, closed, and reopened at its next
+    interval; the first poll after a reopen re-baselines its counters (no increment across
+    the outage). Other sources are unaffected.
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[SlowSource],
+        interval_seconds: float = DEFAULT_INTERVAL_SECONDS,
+        intervals: Mapping[str, float] | None = None,
+        minimum_interval_seconds: float = MINIMUM_INTERVAL_SECONDS,
+    ) -> None:
+        chosen = dict(intervals or {})
+        self._states: list[_SourceState] = []
+        for source in sources:
+            seconds = chosen.get(source.name, interval_seconds)
+            if not seconds >= minimum_interval_seconds:
+                raise ValueError(
+                    f"slow source {source.name!r}: interval {seconds} s is below the "
+                    f"minimum of {minimum_interval_seconds} s"
+                )
+            self._states.append(_SourceState(source, round(seconds * 1e9)))
+        self._lock = threading.Lock()
+        self._trackers: dict[CounterKey, CounterTracker] = {}
+        self._counters: dict[CounterKey, CounterState] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("SlowPoller already started")
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._run, name="burstscope-slow-poller", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def __enter__(self) -> SlowPoller:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic_ns()
+                for state in self._states:
+                    if state.next_due_ns <= now:
+                        self._poll(state)
+                        # Absolute deadlines, so a slow poll does not shift the cadence;
+                        # a source that fell a whole interval behind skips, never bunches.
+                        deadline = (state.next_due_ns or now) + state.interval_ns
+                        state.next_due_ns = deadline if deadline > now else now + state.interval_ns
+                due = min((s.next_due_ns for s in self._states), default=now + 10**9)
+                self._stop.wait(max(0, due - time.monotonic_ns()) / 1e9)
+        finally:
+            self.close()
+
+    def poll_once(self) -> None:
+        """Poll every source now, in the caller's thread (for tools and tests; not with start())."""
+        for state in self._states:
+            self._poll(state)
+
+    def close(self) -> None:
+        for state in self._states:
+            if state.opened:
+                state.opened = False
+                try:
+                    state.source.close()
+                except OSError as exc:
+                    _LOG.debug("closing slow source %s: %s", state.source.name, exc)
+
+    def _fail(self, state: _SourceState, message: str) -> None:
+        with self._lock:
+            state.errors += 1
+            state.last_error = message
+        if state.opened:
+            state.opened = False
+            try:
+                state.source.close()
+            except Exception as exc:  # a failing close must not stop the poller
+                _LOG.debug("closing slow source %s: %s", state.source.name, exc)
+
+    def _poll(self, state: _SourceState) -> None:
+        source = state.source
+        if not state.opened:
+            try:
+                source.open()
+            except Exception as exc:  # any failure of one source stays with that source
+                self._fail(state, f"open: {type(exc).__name__}: {exc}")
+                return
+            state.opened = True
+            state.rebaseline = True
+        before = time.monotonic_ns()
+        try:
+            readings = source.poll()
+        except Exception as exc:
+            self._fail(state, f"poll: {type(exc).__name__}: {exc}")
+            return
+        after = time.monotonic_ns()
+        midpoint = (before + after) >> 1
+        seconds = (after - before) / 1e9
+        rebaseline, state.rebaseline = state.rebaseline, False
+        with self._lock:
+            state.polls += 1
+            state.last_read_seconds = seconds
+            state.read_seconds_sum += seconds
+            state.recent.append(seconds)
+            if isinstance(source, ReportsReadErrors):
+                new_errors = source.read_errors - state.reported_read_errors
+                if new_errors > 0:
+                    state.errors += new_errors
+                    state.last_error = source.last_error
+                state.reported_read_errors = source.read_errors
+            for reading in readings:
+                key = (reading.device, reading.port, reading.name)
+                previous = self._counters.get(key)
+                if reading.counter is None:
+                    self._counters[key] = CounterState(
+                        source.name, *key, reading.value, None, 0, False, midpoint
+                    )
+                    continue
+                tracker = self._trackers.get(key)
+                if tracker is None or tracker.spec != reading.counter:
+                    tracker = self._trackers[key] = CounterTracker(reading.counter)
+                delta = tracker.update(reading.value, rebaseline)
+                total = previous.increment if previous and previous.increment is not None else 0
+                self._counters[key] = CounterState(
+                    source.name,
+                    *key,
+                    reading.value,
+                    total + (delta or 0),
+                    tracker.resets,
+                    tracker.saturated,
+                    midpoint,
+                )
+
+    def snapshot(self) -> SlowSnapshot:
+        with self._lock:
+            counters = dict(self._counters)
+            health = tuple(
+                SourceHealth(
+                    name=s.source.name,
+                    polls=s.polls,
+                    errors=s.errors,
+                    last_error=s.last_error,
+                    last_read_seconds=s.last_read_seconds,
+                    read_seconds_sum=s.read_seconds_sum,
+                    read_seconds_count=s.polls,
+                    recent_read_seconds=tuple(s.recent),
+                )
+                for s in self._states
+            )
+        return SlowSnapshot(counters, health)
+
+
+def choose_hw_counter_source(
+    ports: Sequence[InfiniBandPort],
+    probe: Callable[[Sequence[str]], str | None] = rdma_netlink.probe,
+    logger: logging.Logger = _LOG,
+) -> SlowSource:
+    """RDMA netlink where the kernel offers it, sysfs hw_counters otherwise, said in one line."""
+    reason = probe(sorted({port.device for port in ports}))
+    if reason is None:
+        return RdmaNetlinkSource([(port.device, port.port) for port in ports])
+    logger.info("hw counters from sysfs hw_counters/ instead of RDMA netlink: %s", reason)
+    return HwCountersSysfsSource(ports)
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return read_attribute(path)
+    except OSError:
+        return None
+
+
+def _hw_counter_only_ports(source: InfiniBandSource, sysfs_root: str) -> list[InfiniBandPort]:
+    """Ports discovery skipped for lack of counters/ (irdma, rxe) that still have hw_counters."""
+    found = []
+    for skipped in source.discovery.skipped:
+        if skipped.port is None or not skipped.reason.startswith("no counters/"):
+            continue
+        path = (
+            Path(sysfs_root) / "class" / "infiniband" / skipped.device / "ports" / str(skipped.port)
+        )
+        hw_dir = path / "hw_counters"
+        if not hw_dir.is_dir():
+            continue
+        state, phys, rate = (_text(path / n) for n in ("state", "phys_state", "rate"))
+        names = tuple(sorted(p.name for p in hw_dir.iterdir() if p.name != LIFESPAN))
+        found.append(
+            InfiniBandPort(
+                device=skipped.device,
+                port=skipped.port,
+                path=path,
+                link_layer=_text(path / "link_layer") or "Unknown",
+                state=parse_state(state) if state else None,
+                phys_state=parse_state(phys) if phys else None,
+                rate_bytes_per_second=parse_rate(rate) if rate else None,
+                netdev=None,
+                counters=(),
+                hw_counters=names,
+            )
+        )
+    return found
+
+
+def slow_sources_for(
+    fast_source: object,
+    sysfs_root: str = "/sys",
+    with_ethtool: bool = True,
+    probe: Callable[[Sequence[str]], str | None] = rdma_netlink.probe,
+) -> list[SlowSource]:
+    """The slow sources that go with a fast source.
+
+    InfiniBand source: port_slow for every port; hw counters (netlink, else sysfs) for the
+    Ethernet link layer ports, including RoCE ports without counters/; ethtool for each RoCE
+    netdev. Netdev source: ethtool for each interface. ``with_ethtool=False`` leaves ethtool
+    out, e.g. over a fixture tree, since ethtool always asks the running kernel.
+    """
+    sources: list[SlowSource] = []
+    if isinstance(fast_source, InfiniBandSource):
+        ports = list(fast_source.discovery.ports)
+        sources.append(PortSlowSource(ports))
+        roce = [p for p in ports if p.link_layer == "Ethernet" and p.hw_counters]
+        roce += _hw_counter_only_ports(fast_source, sysfs_root)
+        if roce:
+            sources.append(choose_hw_counter_source(roce, probe))
+        if with_ethtool:
+            netdevs = sorted({p.netdev for p in ports if p.netdev})
+            sources.extend(EthtoolSource(netdev) for netdev in netdevs)
+    elif isinstance(fast_source, NetdevSource):
+        if with_ethtool:
+            sources.extend(EthtoolSource(interface) for interface in fast_source.interfaces)
+    else:
+        raise TypeError(f"no slow sources known for {type(fast_source).__name__}")
+    return sources

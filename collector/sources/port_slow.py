@@ -1,0 +1,165 @@
+"""The slow PortCounters of each port (link errors, discards, xmit_wait) and its state and rate.
+
+On mlx5 every read here is a firmware command (PPCNT for PortCounters, PTYS for state and
+rate: drivers/infiniband/hw/mlx5/mad.c, main.c), so these are read at <= 1 Hz, never in
+the 1 ms sampler (linux-counters.md s4, design consequence 3).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collector.discovery import InfiniBandPort, parse_rate, parse_state
+from collector.sources.base import SlowReading
+from detectors.counters import CounterKind, CounterSpec
+
+
+def _saturating(width_bits: int) -> CounterSpec:
+    return CounterSpec(CounterKind.SATURATING, width_bits)
+
+
+# IBA PortCounters widths (drivers/infiniband/core/sysfs.c PORT_PMA_ATTR; linux-counters.md
+# s2). They stop at all-ones instead of wrapping (IBA 1.8 s16.1.3.5) until a PMA Set or
+# OpenSM's PerfMgr clears them, which reads as a decrease: a reset.
+PORT_COUNTER_SPECS: dict[str, CounterSpec] = {
+    "symbol_error": _saturating(16),
+    "link_error_recovery": _saturating(8),
+    "link_downed": _saturating(8),
+    "port_rcv_errors": _saturating(16),
+    "port_rcv_remote_physical_errors": _saturating(16),
+    "port_rcv_switch_relay_errors": _saturating(16),
+    "port_xmit_discards": _saturating(16),
+    "port_xmit_constraint_errors": _saturating(8),
+    "port_rcv_constraint_errors": _saturating(8),
+    "local_link_integrity_errors": _saturating(4),
+    "excessive_buffer_overrun_errors": _saturating(4),
+    "VL15_dropped": _saturating(16),
+    # Ticks with data queued and nothing sent; the tick length varies by generation.
+    "port_xmit_wait": _saturating(32),
+}
+
+# Gauges, re-read every poll: state follows the netdev carrier on RoCE and the rate
+# changes after a renegotiation. Values: state and phys_state ids ("4: ACTIVE" -> 4).
+GAUGE_FILES = {"state": "state", "phys_state": "phys_state", "rate_bytes_per_second": "rate"}
+
+# Enough for "400 Gb/sec (4X NDR)" and any decimal counter.
+_READ_BYTES = 64
+
+
+def _parse_gauge(name: str, text: str) -> int | None:
+    if name == "rate_bytes_per_second":
+        return parse_rate(text)
+    state = parse_state(text)
+    return state.id if state is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class _File:
+    device: str
+    port: int
+    name: str  # the reading's name
+    path: Path
+    counter: CounterSpec | None  # None for gauges
+
+
+@dataclass
+class PortSlowSource:
+    """The PortCounters in PORT_COUNTER_SPECS that exist, plus state, phys_state and rate.
+
+    Descriptors stay open and are re-read with os.pread(fd, n, 0), which re-runs the
+    driver's show() (fs/kernfs/file.c). A file that fails (EINVAL when the PMA query
+    fails, "N/A (no PMA)" on old kernels, ENODEV after unplug) is left out of that poll and
+    counted in ``read_errors``; the others carry on. ENODEV/ENOENT close the descriptor and
+    the file is reopened on the next poll.
+    """
+
+    ports: Sequence[InfiniBandPort]
+    name: str = "port_slow"
+    read_errors: int = field(default=0, init=False)
+    last_error: str | None = field(default=None, init=False)
+    _files: list[_File] = field(default_factory=list, init=False)
+    _fds: list[int] = field(default_factory=list, init=False)
+
+    def open(self) -> None:
+        self.close()
+        for port in self.ports:
+            counters = port.path / "counters"
+            for counter, spec in PORT_COUNTER_SPECS.items():
+                # Listed in the directory, not taken from discovery's readable list: a
+                # file that fails now may work later, and its failures must be counted.
+                if (counters / counter).exists():
+                    self._files.append(
+                        _File(port.device, port.port, counter, counters / counter, spec)
+                    )
+            for gauge, filename in GAUGE_FILES.items():
+                if (port.path / filename).exists():
+                    self._files.append(
+                        _File(port.device, port.port, gauge, port.path / filename, None)
+                    )
+        self._fds = [-1] * len(self._files)
+        for index in range(len(self._files)):
+            self._open_one(index)
+
+    @property
+    def file_names(self) -> tuple[tuple[str, int, str], ...]:
+        """(device, port, name) of every file this source reads (after open())."""
+        return tuple((f.device, f.port, f.name) for f in self._files)
+
+    def _fail(self, file: _File, reason: str) -> None:
+        self.read_errors += 1
+        self.last_error = f"{file.device}/{file.port} {file.path.name}: {reason}"
+
+    def _open_one(self, index: int) -> bool:
+        file = self._files[index]
+        try:
+            self._fds[index] = os.open(file.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            self._fail(file, exc.strerror or str(exc))
+            return False
+        return True
+
+    def _read(self, index: int) -> str | None:
+        file = self._files[index]
+        if self._fds[index] < 0 and not self._open_one(index):
+            return None
+        fd = self._fds[index]
+        try:
+            return os.pread(fd, _READ_BYTES, 0).decode("ascii", "replace").strip()
+        except OSError as exc:
+            self._fail(file, f"{errno.errorcode.get(exc.errno or 0, 'error')} ({exc.strerror})")
+            if exc.errno in (errno.ENODEV, errno.ENOENT):
+                os.close(fd)
+                self._fds[index] = -1
+            return None
+
+    def poll(self) -> list[SlowReading]:
+        readings = []
+        for index, file in enumerate(self._files):
+            text = self._read(index)
+            if text is None:
+                continue
+            value: int | None
+            if file.counter is None:
+                value = _parse_gauge(file.name, text)
+            else:
+                # int() rejects "N/A (no PMA)", which old kernels print when the PMA fails.
+                try:
+                    value = int(text)
+                except ValueError:
+                    value = None
+            if value is None:
+                self._fail(file, f"reads {text[:40]!r}")
+                continue
+            readings.append(SlowReading(file.device, file.port, file.name, value, file.counter))
+        return readings
+
+    def close(self) -> None:
+        for fd in self._fds:
+            if fd >= 0:
+                os.close(fd)
+        self._fds = []
+        self._files = []
