@@ -1,0 +1,411 @@
+"""One port direction, streaming: utilization, scales, bursts and the contrast, chunk by chunk."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from detectors.bursts import Bursts, BurstStats, BurstTracker
+from detectors.config import NS_PER_SECOND, Thresholds, nominal_interval_ns
+from detectors.counters import RESETTING_64, counter_deltas
+from detectors.distributions import utilization_bins
+from detectors.scales import Distribution, Intervals, ScaleStats, Windows, WindowScale
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+B = npt.NDArray[np.bool_]
+
+# analyze() feeds the streaming path in blocks this size: results are identical whatever
+# the block size, and blocks that fit in cache are faster than one pass over 100 M samples.
+BATCH_BLOCK = 1 << 18
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """What one ``feed`` produced, for live consumers (exporter, terminal view)."""
+
+    timestamp_ns: I64  # end of each sample's interval
+    utilization: F64  # per sample, clipped to 1; 0 where not valid (never NaN)
+    valid: B  # the interval is a measurement (not first, reset, rebaseline or gap)
+    bursts: Bursts  # bursts that ended in or at the edge of this chunk
+    windows: dict[str, Windows]  # windows closed in this chunk, keyed by scale
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Everything the report needs about one port direction; equal for any chunking."""
+
+    line_rate_bytes_per_second: int
+    finest_interval_ns: int
+    first_ns: int | None
+    last_ns: int | None
+    samples: int
+    valid_samples: int
+    covered_ns: int  # time inside valid intervals
+    bytes_total: int  # bytes inside valid intervals
+    resets: int  # counter went backwards: the interval is unknown
+    rebaselines: int
+    gaps: int  # intervals longer than max_gap_ns
+    clipped_samples: int  # utilization above 1 (timestamp jitter), clipped
+    saturated_ns: int
+    saturated_ns_in_quiet_windows: int  # saturated time inside coarse windows below busy
+    scales: tuple[ScaleStats, ...]  # finest first
+    bursts: BurstStats
+    thresholds: Thresholds
+
+    @property
+    def duration_seconds(self) -> float:
+        if self.first_ns is None or self.last_ns is None:
+            return 0.0
+        return (self.last_ns - self.first_ns) / NS_PER_SECOND
+
+    @property
+    def mean_utilization(self) -> float | None:
+        """Time-weighted over covered time: the same at every scale."""
+        if self.covered_ns == 0:
+            return None
+        rate = self.line_rate_bytes_per_second
+        return min(self.bytes_total * (NS_PER_SECOND / rate) / self.covered_ns, 1.0)
+
+    @property
+    def finest(self) -> ScaleStats:
+        return self.scales[0]
+
+    def scale(self, length_ns: int) -> ScaleStats | None:
+        return next((s for s in self.scales if s.length_ns == length_ns), None)
+
+    @property
+    def coarse(self) -> ScaleStats:
+        found = self.scale(self.thresholds.coarse_window_ns)
+        assert found is not None
+        return found
+
+    @property
+    def peak_to_mean_ratio(self) -> float | None:
+        """Finest-scale max over the mean; None when the port carried nothing."""
+        mean = self.mean_utilization
+        peak = self.finest.maximum
+        if mean is None or peak is None or mean <= 0.0:
+            return None
+        return peak / mean
+
+
+@dataclass(slots=True)
+class _Counts:
+    samples: int = 0
+    valid: int = 0
+    resets: int = 0
+    rebaselines: int = 0
+    gaps: int = 0
+    clipped: int = 0
+    saturated_ns: int = 0
+    hidden_ns: int = 0
+
+
+@dataclass(slots=True)
+class _Carry:
+    """The last sample of the previous chunk and the running integer sums."""
+
+    timestamp_ns: int | None = None
+    cumulative_bytes: int | None = None
+    bytes_total: int = 0  # A: sum of valid deltas
+    covered_ns: int = 0  # T: sum of valid interval durations
+    first_ns: int | None = None
+    pending_saturated: dict[int, int] = field(default_factory=dict)  # coarse window end -> ns
+
+
+class DirectionAnalyzer:
+    """Feeds of (timestamp, cumulative bytes) for one port direction, in time order.
+
+    Memory is bounded with ``keep_bursts=False``: histograms, counts, one open burst and
+    one open window per scale. ``saturated_second_retention`` bounds the set of wall-clock
+    seconds that held saturation (None keeps all of them, as a report does).
+    """
+
+    def __init__(
+        self,
+        line_rate_bytes_per_second: int,
+        thresholds: Thresholds | None = None,
+        finest_interval_ns: int = 1_000_000,
+        keep_bursts: bool = True,
+        saturated_second_retention: int | None = None,
+    ) -> None:
+        if line_rate_bytes_per_second <= 0:
+            raise ValueError("line rate must be positive")
+        if finest_interval_ns <= 0:
+            raise ValueError("finest interval must be positive")
+        self.thresholds = thresholds or Thresholds()
+        self.line_rate_bytes_per_second = int(line_rate_bytes_per_second)
+        self.finest_interval_ns = int(finest_interval_ns)
+        self.keep_bursts = keep_bursts
+        self._scale = NS_PER_SECOND / self.line_rate_bytes_per_second
+        t = self.thresholds
+        self._finest = Distribution(t.idle, t.busy)
+        self._windows = [
+            WindowScale(length, self._scale, Distribution(t.idle, t.busy))
+            for length in t.window_scales(self.finest_interval_ns)
+        ]
+        # A coarser scale need only look where the finer one crossed a boundary when its
+        # length is a multiple of the finer one's.
+        self._nested = [False] + [
+            b.length_ns % a.length_ns == 0
+            for a, b in zip(self._windows, self._windows[1:], strict=False)
+        ]
+        self._coarse = next(w for w in self._windows if w.length_ns == t.coarse_window_ns)
+        self._bursts = BurstTracker(t.burst, self._scale)
+        self._kept_bursts: list[Bursts] = []
+        self._counts = _Counts()
+        self._carry = _Carry()
+        self._retention = saturated_second_retention
+        self._saturated_seconds: deque[int] = deque()
+        self._finished = False
+
+    # Running totals an exporter reads at scrape time, without recomputation.
+    @property
+    def bytes_total(self) -> int:
+        return self._carry.bytes_total
+
+    @property
+    def covered_ns(self) -> int:
+        return self._carry.covered_ns
+
+    @property
+    def burst_count(self) -> int:
+        return self._bursts.count
+
+    @property
+    def burst_bytes_total(self) -> int:
+        return self._bursts.bytes_total
+
+    @property
+    def saturated_ns(self) -> int:
+        return self._counts.saturated_ns
+
+    @property
+    def finest_histogram(self) -> I64:
+        """Counts of valid samples per 0.001-wide utilization bin (a Prometheus histogram)."""
+        return self._finest.histogram.copy()
+
+    def saturated_seconds(self) -> I64:
+        """Sorted wall-clock second indices (ns // 1e9) that held a saturated sample."""
+        return np.fromiter(self._saturated_seconds, dtype=np.int64, count=-1)
+
+    def bursts(self) -> Bursts:
+        """Every burst closed so far (empty unless keep_bursts)."""
+        return Bursts.concatenate(self._kept_bursts)
+
+    def feed(
+        self,
+        timestamp_ns: npt.ArrayLike,
+        cumulative_bytes: npt.ArrayLike,
+        rebaseline: npt.ArrayLike | None = None,
+    ) -> Chunk:
+        if self._finished:
+            raise RuntimeError("feed after finish")
+        end = np.asarray(timestamp_ns, dtype=np.int64)
+        values = np.asarray(cumulative_bytes, dtype=np.uint64)
+        n = int(end.size)
+        if n == 0:
+            return _empty_chunk()
+        carry = self._carry
+        t = self.thresholds
+        start = np.empty(n, dtype=np.int64)
+        start[0] = end[0] if carry.timestamp_ns is None else carry.timestamp_ns
+        start[1:] = end[:-1]
+        duration = end - start
+        if int(duration.min()) < 0:
+            raise ValueError("timestamps go backwards")
+        deltas = counter_deltas(carry.cumulative_bytes, values, RESETTING_64, rebaseline)
+        valid = deltas.valid & (duration > 0)
+        long = duration > t.max_gap_ns
+        gaps = int(np.count_nonzero(long))
+        if gaps:
+            valid &= ~long
+        delta = deltas.delta if bool(valid.all()) else np.where(valid, deltas.delta, 0)
+        covered = duration if bool(valid.all()) else np.where(valid, duration, 0)
+
+        utilization = delta * self._scale / np.maximum(duration, 1)
+        clipped = int(np.count_nonzero(utilization > 1.0))
+        if clipped:
+            np.minimum(utilization, 1.0, out=utilization)
+
+        bytes_after = np.cumsum(delta)
+        bytes_after += carry.bytes_total
+        covered_after = np.cumsum(covered)
+        covered_after += carry.covered_ns
+        intervals = Intervals(
+            start_ns=start,
+            end_ns=end,
+            delta=delta,
+            duration_ns=duration,
+            valid=valid,
+            bytes_before=bytes_after - delta,
+            covered_before=covered_after - covered,
+        )
+
+        invalid = n - int(np.count_nonzero(valid))
+        self._add_finest(utilization, invalid)
+        self._track_saturation(intervals, utilization)
+
+        closed = self._bursts.feed(start, end, delta, intervals.bytes_before, utilization)
+        if self.keep_bursts and len(closed):
+            self._kept_bursts.append(closed)
+
+        windows: dict[str, Windows] = {}
+        candidates: I64 | None = None
+        for scale, nested in zip(self._windows, self._nested, strict=True):
+            closed_windows, holding = scale.advance(intervals, candidates if nested else None)
+            candidates = holding
+            if closed_windows.end_ns.size:
+                windows[scale.key] = closed_windows
+                if scale is self._coarse:
+                    self._settle_hidden(closed_windows)
+
+        counts = self._counts
+        counts.samples += n
+        counts.valid += n - invalid
+        counts.resets += deltas.resets
+        counts.gaps += gaps
+        counts.clipped += clipped
+        if rebaseline is not None:
+            counts.rebaselines += int(np.count_nonzero(rebaseline))
+        if carry.first_ns is None:
+            carry.first_ns = int(end[0])
+        carry.timestamp_ns = int(end[-1])
+        carry.cumulative_bytes = int(values[-1])
+        carry.bytes_total = int(bytes_after[-1])
+        carry.covered_ns = int(covered_after[-1])
+        return Chunk(end, utilization, valid, closed, windows)
+
+    def finish(self) -> Chunk:
+        """Close the open burst and the open window of every scale; feeding ends here."""
+        if self._finished:
+            return _empty_chunk()
+        self._finished = True
+        carry = self._carry
+        closed = self._bursts.finish()
+        if self.keep_bursts and len(closed):
+            self._kept_bursts.append(closed)
+        windows: dict[str, Windows] = {}
+        for scale in self._windows:
+            closed_windows = scale.finish(carry.bytes_total, carry.covered_ns, carry.timestamp_ns)
+            if closed_windows.end_ns.size:
+                windows[scale.key] = closed_windows
+                if scale is self._coarse:
+                    self._settle_hidden(closed_windows)
+        return Chunk(
+            np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.bool_), closed, windows
+        )
+
+    def summary(self) -> Summary:
+        counts = self._counts
+        carry = self._carry
+        scales = [self._finest.stats(self.finest_interval_ns)]
+        scales += [w.distribution.stats(w.length_ns) for w in self._windows]
+        return Summary(
+            line_rate_bytes_per_second=self.line_rate_bytes_per_second,
+            finest_interval_ns=self.finest_interval_ns,
+            first_ns=carry.first_ns,
+            last_ns=carry.timestamp_ns,
+            samples=counts.samples,
+            valid_samples=counts.valid,
+            covered_ns=carry.covered_ns,
+            bytes_total=carry.bytes_total,
+            resets=counts.resets,
+            rebaselines=counts.rebaselines,
+            gaps=counts.gaps,
+            clipped_samples=counts.clipped,
+            saturated_ns=counts.saturated_ns,
+            saturated_ns_in_quiet_windows=counts.hidden_ns,
+            scales=tuple(scales),
+            bursts=self._bursts.stats(),
+            thresholds=self.thresholds,
+        )
+
+    def _add_finest(self, utilization: F64, invalid: int) -> None:
+        # Invalid samples carry utilization 0: count everything, then take them out of
+        # bin 0 and the idle count rather than compressing the array first.
+        finest = self._finest
+        valid_count = int(utilization.size) - invalid
+        if valid_count == 0:
+            return
+        histogram = utilization_bins(utilization)
+        histogram[0] -= invalid
+        finest.histogram += histogram
+        finest.count += valid_count
+        finest.maximum = max(finest.maximum, float(utilization.max()))
+        finest.idle += int(np.count_nonzero(utilization < finest.idle_threshold)) - invalid
+        finest.busy += int(np.count_nonzero(utilization > finest.busy_threshold))
+
+    def _track_saturation(self, intervals: Intervals, utilization: F64) -> None:
+        saturated = utilization >= self.thresholds.saturated
+        if not saturated.any():
+            return
+        start = intervals.start_ns[saturated]
+        end = intervals.end_ns[saturated]
+        duration = intervals.duration_ns[saturated]
+        self._counts.saturated_ns += int(duration.sum())
+        # Hidden saturation is settled when the coarse window the sample ends in closes;
+        # a sample ending exactly on a boundary belongs to the window that ends there.
+        length = self.thresholds.coarse_window_ns
+        window_end = ((end - 1) // length + 1) * length
+        ends, first = np.unique(window_end, return_index=True)
+        sums = np.add.reduceat(duration, first)
+        pending = self._carry.pending_saturated
+        for window, total in zip(ends.tolist(), sums.tolist(), strict=True):
+            pending[window] = pending.get(window, 0) + total
+        # The seconds a saturated interval touches, for congestion attribution.
+        seconds = np.union1d(start // NS_PER_SECOND, (end - 1) // NS_PER_SECOND)
+        kept = self._saturated_seconds
+        for second in seconds.tolist():
+            if not kept or second > kept[-1]:
+                kept.append(second)
+        if self._retention is not None:
+            while kept and kept[0] <= kept[-1] - self._retention:
+                kept.popleft()
+
+    def _settle_hidden(self, windows: Windows) -> None:
+        pending = self._carry.pending_saturated
+        if not pending:
+            return
+        busy = self.thresholds.busy
+        for window_end, value in zip(
+            windows.end_ns.tolist(), windows.utilization.tolist(), strict=True
+        ):
+            saturated = pending.pop(window_end, 0)
+            if saturated and value < busy:
+                self._counts.hidden_ns += saturated
+
+
+def _empty_chunk() -> Chunk:
+    return Chunk(
+        np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.bool_), Bursts.empty(), {}
+    )
+
+
+def analyze(
+    timestamp_ns: npt.ArrayLike,
+    cumulative_bytes: npt.ArrayLike,
+    line_rate_bytes_per_second: int,
+    thresholds: Thresholds | None = None,
+    rebaseline: npt.ArrayLike | None = None,
+    finest_interval_ns: int | None = None,
+    keep_bursts: bool = True,
+) -> tuple[Summary, Bursts]:
+    """The whole series at once; identical to feeding it in any chunks and finishing."""
+    end = np.asarray(timestamp_ns, dtype=np.int64)
+    values = np.asarray(cumulative_bytes, dtype=np.uint64)
+    marks = None if rebaseline is None else np.asarray(rebaseline, dtype=np.bool_)
+    if finest_interval_ns is None:
+        finest_interval_ns = nominal_interval_ns(end) if end.size > 1 else 1_000_000
+    analyzer = DirectionAnalyzer(
+        line_rate_bytes_per_second, thresholds, finest_interval_ns, keep_bursts
+    )
+    for first in range(0, int(end.size), BATCH_BLOCK):
+        block = slice(first, first + BATCH_BLOCK)
+        analyzer.feed(end[block], values[block], None if marks is None else marks[block])
+    analyzer.finish()
+    return analyzer.summary(), analyzer.bursts()

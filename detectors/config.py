@@ -1,0 +1,82 @@
+"""Thresholds and time scales of the detectors, and the names the scales are reported under."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+import numpy as np
+import numpy.typing as npt
+
+NS_PER_SECOND = 1_000_000_000
+NS_PER_MICROSECOND = 1_000
+
+# The windows of the contrast: 1 ms up to the 15 s a Prometheus scrape sees. Each is a
+# multiple of the one before, which lets a coarser scale look only where a finer one
+# crossed a boundary (every coarse boundary is also a fine one).
+DEFAULT_WINDOWS_NS = (
+    1_000_000,
+    10_000_000,
+    100_000_000,
+    1_000_000_000,
+    15_000_000_000,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Definitions from DESIGN.md, all configurable; utilizations are fractions of line rate."""
+
+    burst: float = 0.5  # a burst is a run of samples above this (Zhang et al., IMC 2017)
+    saturated: float = 0.9  # at or above this a sample counts as saturated
+    idle: float = 0.01  # below this a sample or window counts as idle
+    busy: float = 0.25  # Acme (NSDI 2024): 15 s samples were rarely above 25%
+    coarse_window_ns: int = 15_000_000_000  # what a 15 s scrape sees
+    max_gap_ns: int = 1_000_000_000  # a longer interval is a gap, not a measurement
+    windows_ns: tuple[int, ...] = DEFAULT_WINDOWS_NS
+
+    def __post_init__(self) -> None:
+        for name in ("burst", "saturated", "idle", "busy"):
+            value = getattr(self, name)
+            # Zero would make every invalid interval (utilization 0) count as busy or burst.
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"threshold {name} must be in (0, 1], got {value}")
+        if self.coarse_window_ns <= 0 or self.max_gap_ns <= 0:
+            raise ValueError("coarse_window_ns and max_gap_ns must be positive")
+        if any(w <= 0 for w in self.windows_ns):
+            raise ValueError("windows_ns must be positive")
+
+    def window_scales(self, finest_interval_ns: int) -> tuple[int, ...]:
+        """Window lengths coarser than the sampling interval, always including the coarse one."""
+        chosen = {w for w in self.windows_ns if w > finest_interval_ns * 3 // 2}
+        chosen.add(self.coarse_window_ns)
+        return tuple(sorted(chosen))
+
+
+def scale_key(interval_ns: int) -> str:
+    """Seconds as the report's key: 1 ms -> "0.001", 100 us -> "0.0001", 15 s -> "15"."""
+    seconds = (Decimal(interval_ns) / NS_PER_SECOND).normalize()
+    return format(seconds, "f")
+
+
+def scale_label(interval_ns: int) -> str:
+    """A human name for a scale: "1-ms", "100-us", "15-s"."""
+    for unit, size in (("s", NS_PER_SECOND), ("ms", 1_000_000), ("us", NS_PER_MICROSECOND)):
+        if interval_ns >= size:
+            return f"{format((Decimal(interval_ns) / size).normalize(), 'f')}-{unit}"
+    return f"{interval_ns}-ns"
+
+
+def nominal_interval_ns(timestamp_ns: npt.ArrayLike) -> int:
+    """The sampling interval of a series: median positive step, rounded to a whole microsecond.
+
+    Rounding to a microsecond makes a jittery 1 ms trace report its finest scale as
+    exactly "0.001" rather than "0.0010004".
+    """
+    steps = np.diff(np.asarray(timestamp_ns, dtype=np.int64))
+    steps = steps[steps > 0]
+    if steps.size == 0:
+        raise ValueError("need two samples with increasing timestamps to know the interval")
+    median = float(np.median(steps))
+    microseconds = max(1, round(median / NS_PER_MICROSECOND))
+    return microseconds * NS_PER_MICROSECOND
