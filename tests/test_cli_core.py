@@ -1,0 +1,124 @@
+"""discover and record from the command line: golden output and every bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from tests.conftest import FIXTURES, SYSFS
+
+
+def burstscope(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "burstscope", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def assert_usage_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_discover_json_matches_golden() -> None:
+    result = burstscope("discover", "--sysfs-root", str(SYSFS), "--json")
+    assert result.returncode == 0, result.stderr
+    golden = json.loads((FIXTURES / "discovery.golden.json").read_text())
+    assert json.loads(result.stdout) == golden
+
+
+def test_discover_table_lists_ports_and_skips() -> None:
+    result = burstscope("discover", "--sysfs-root", str(SYSFS))
+    assert result.returncode == 0
+    assert "mlx5_0" in result.stdout and "400 Gb/s" in result.stdout
+    assert "mlx5_3/1: counters/port_xmit_data: reads 'N/A (no PMA)'" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["discover", "--sysfs-root", "/nonexistent-root"], ["'/nonexistent-root'"]),
+        (["discover", "--sysfs-root", str(SYSFS), "--include", "("], ["--include", "regular"]),
+        (["record", "--sysfs-root", "/nonexistent-root", "-o", "{out}"], ["nonexistent-root"]),
+        (["record", "--source", "netdev:nosuchif0", "-o", "{out}"], ["unknown interface"]),
+        (["record", "--source", "netdev:lo", "--interval", "10us", "-o", "{out}"], ["10us"]),
+        (["record", "--source", "netdev:lo", "--interval", "2min", "-o", "{out}"], ["2min"]),
+        (["record", "--source", "bogus", "-o", "{out}"], ["unknown source 'bogus'"]),
+        (["record", "--source", "netdev:lo", "--exclude", "[", "-o", "{out}"], ["--exclude"]),
+        (["record", "--source", "netdev:lo", "--duration", "-1", "-o", "{out}"], ["-1"]),
+        (["record", "--source", "netdev:lo", "-o", "/proc/burstscope/x"], ["cannot write"]),
+        (["record", "--source", "netdev:lo", "-o", str(SYSFS)], ["not empty"]),
+        (
+            ["record", "--sysfs-root", str(SYSFS), "--include", "^none$", "-o", "{out}"],
+            ["no InfiniBand or RoCE port"],
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(
+    args: list[str], fragments: list[str], tmp_path: Path
+) -> None:
+    out = str(tmp_path / "trace")
+    result = burstscope(*[a.replace("{out}", out) for a in args])
+    assert_usage_error(result, *fragments)
+
+
+def test_record_fixture_tree_multiplies_data_counters_by_four(tmp_path: Path) -> None:
+    out = tmp_path / "trace"
+    result = burstscope("record", "--sysfs-root", str(SYSFS), "--duration", "0.3", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    table = ds.dataset(out).to_table().to_pylist()
+    first = {row["device"]: row for row in reversed(table)}
+    assert set(first) == {"mlx5_0", "mlx5_1", "mlx5_2"}
+    assert first["mlx5_0"]["xmit_bytes"] == 91234567890 * 4
+    assert first["mlx5_0"]["rcv_bytes"] == 87654321098 * 4
+    assert first["mlx5_0"]["line_rate_bytes_per_second"] == 50_000_000_000
+    assert first["mlx5_1"]["line_rate_bytes_per_second"] == 25_000_000_000
+
+
+def test_sigterm_mid_recording_keeps_what_was_recorded(tmp_path: Path) -> None:
+    out = tmp_path / "trace"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "burstscope", "record", "--source", "netdev:lo", "-o", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(2.5)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=10)
+    assert process.returncode == 0, stderr
+    rows = ds.dataset(out).to_table().num_rows
+    assert rows > 1000
+    assert f"recorded {rows} rows" in stderr
+
+
+def test_killed_recording_keeps_closed_pieces(tmp_path: Path) -> None:
+    """SIGKILL gives no chance to flush: every piece closed before it stays readable."""
+    out = tmp_path / "trace"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "burstscope", "record", "--source", "netdev:lo", "-o", str(out)],
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while not list(out.glob("part-*.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=10)
+    pieces = sorted(out.glob("part-*.parquet"))
+    assert pieces, "no piece was closed within 30 s"
+    assert ds.dataset(pieces).to_table().num_rows >= 4500

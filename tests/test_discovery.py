@@ -1,0 +1,116 @@
+"""Discovery on the checked-in sysfs tree: a golden compared whole, and the parsers table-driven."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from collector.discovery import (
+    DiscoveryError,
+    State,
+    compile_filter,
+    discover,
+    parse_rate,
+    parse_state,
+    unreadable_reason,
+)
+from tests.conftest import FIXTURES, SYSFS, compare_golden
+
+GOLDEN = FIXTURES / "discovery.golden.json"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("400 Gb/sec (4X NDR)", 50_000_000_000),
+        ("800 Gb/sec (8X NDR)", 100_000_000_000),
+        ("200 Gb/sec (4X HDR)", 25_000_000_000),
+        ("56 Gb/sec (4X FDR)", 7_000_000_000),
+        ("2.5 Gb/sec (1X SDR)", 312_500_000),
+        ("2.5 Gb/sec (1X)", 312_500_000),
+        ("10 Gb/sec (4X)", 1_250_000_000),
+        ("13.64 Gb/sec (1X FDR)", 1_705_000_000),
+        ("14.0625 Gb/sec (1X)", 1_757_812_500),
+        ("800 Gb/sec (4X XDR)", 100_000_000_000),
+        ("  100 Gb/sec (4X EDR)\n", 12_500_000_000),
+        ("Unknown", None),
+        ("", None),
+    ],
+)
+def test_parse_rate(text: str, expected: int | None) -> None:
+    assert parse_rate(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("4: ACTIVE", State(4, "ACTIVE")),
+        ("1: DOWN", State(1, "DOWN")),
+        ("5: LinkUp", State(5, "LinkUp")),
+        ("4: PortConfigurationTraining", State(4, "PortConfigurationTraining")),
+        ("7: Phy Test", State(7, "Phy Test")),
+        ("ACTIVE", None),
+    ],
+)
+def test_parse_state(text: str, expected: State | None) -> None:
+    assert parse_state(text) == expected
+
+
+def test_fixture_tree_matches_golden(update_golden: bool) -> None:
+    found = discover(SYSFS)
+    compare_golden(GOLDEN, json.dumps(found.to_json(), indent=2) + "\n", update_golden)
+
+
+def test_every_kind_of_absence_is_a_skip_not_a_failure() -> None:
+    found = discover(SYSFS)
+    assert [(p.device, p.state.name if p.state else None) for p in found.ports] == [
+        ("mlx5_0", "ACTIVE"),
+        ("mlx5_1", "ACTIVE"),
+        ("mlx5_2", "DOWN"),
+    ]
+    reasons = {(s.device, s.reason) for s in found.skipped}
+    assert ("irdma0", "no counters/ directory (driver without a PMA)") in reasons
+    assert ("mlx5_3", "counters/port_xmit_data: reads 'N/A (no PMA)'") in reasons
+    assert ("mlx5_2", "counters/symbol_error: reads 'N/A (no PMA)'") in reasons
+
+
+def test_roce_netdev_comes_from_gid_attrs_then_device_net(sysfs_copy: Path) -> None:
+    port = sysfs_copy / "class/infiniband/mlx5_1/ports/1"
+    assert discover(sysfs_copy).ports[1].netdev == "ens1f1np1"
+    for entry in (port / "gid_attrs" / "ndevs").iterdir():
+        entry.unlink()
+    (sysfs_copy / "class/infiniband/mlx5_1/device/net/ens1f1np1").rename(
+        sysfs_copy / "class/infiniband/mlx5_1/device/net/enp1s0f1"
+    )
+    assert discover(sysfs_copy).ports[1].netdev == "enp1s0f1"
+
+
+def test_include_and_exclude_filters() -> None:
+    include = compile_filter("^mlx5_[01]$", "--include")
+    exclude = compile_filter("_1$", "--exclude")
+    assert [p.device for p in discover(SYSFS, include=include).ports] == ["mlx5_0", "mlx5_1"]
+    assert [p.device for p in discover(SYSFS, include, exclude).ports] == ["mlx5_0"]
+
+
+def test_bad_filter_names_the_flag() -> None:
+    with pytest.raises(ValueError, match=re.escape("--exclude '[' is not a valid regular")):
+        compile_filter("[", "--exclude")
+
+
+def test_missing_root_is_an_error_but_a_missing_class_is_no_ports(tmp_path: Path) -> None:
+    with pytest.raises(DiscoveryError, match="is not a directory"):
+        discover(tmp_path / "absent")
+    assert discover(tmp_path).ports == ()
+
+
+def test_unreadable_reasons(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "text").write_text("garbage\n")
+    (tmp_path / "good").write_text("42\n")
+    assert unreadable_reason(tmp_path / "dir") == "EISDIR (Is a directory)"
+    assert unreadable_reason(tmp_path / "absent") == "ENOENT (No such file or directory)"
+    assert unreadable_reason(tmp_path / "text") == "reads 'garbage', not an integer"
+    assert unreadable_reason(tmp_path / "good") is None
