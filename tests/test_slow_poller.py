@@ -1,0 +1,226 @@
+"""The slow poller end to end: real files rewritten between polls, one background thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from collector.discovery import discover
+from collector.slow_poller import (
+    CounterState,
+    SlowPoller,
+    SlowSnapshot,
+    slow_sources_for,
+)
+from collector.sources.base import SlowReading, SlowSource
+from collector.sources.ethtool import EthtoolSource
+from collector.sources.hw_counters import HwCountersSysfsSource
+from collector.sources.infiniband import InfiniBandSource
+from collector.sources.netdev import NetdevSource
+from collector.sources.port_slow import PortSlowSource
+from collector.sources.rdma_netlink import RdmaNetlinkSource
+from detectors.counters import RESETTING_64
+from tests.conftest import SYSFS
+
+FAST = 0.02  # seconds between polls in tests; production never goes below 1 s
+
+
+def wait_for(poller: SlowPoller, done: Callable[[SlowSnapshot], bool]) -> SlowSnapshot:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        snapshot = poller.snapshot()
+        if done(snapshot):
+            return snapshot
+        time.sleep(0.005)
+    raise AssertionError(f"condition not reached: {poller.snapshot()}")
+
+
+def polls_at_least(count: int) -> Callable[[SlowSnapshot], bool]:
+    return lambda s: all(h.polls >= count for h in s.sources)
+
+
+def test_intervals_below_the_minimum_are_refused() -> None:
+    source = PortSlowSource(discover(SYSFS).ports)
+    with pytest.raises(ValueError, match=r"below the minimum of 1\.0 s"):
+        SlowPoller([source], interval_seconds=0.5)
+    with pytest.raises(ValueError, match="'port_slow'"):
+        SlowPoller([source], intervals={"port_slow": 0.1})
+    SlowPoller([source], interval_seconds=FAST, minimum_interval_seconds=FAST)
+
+
+def test_saturation_reset_and_wrap_through_the_thread(sysfs_copy: Path) -> None:
+    discovered = discover(sysfs_copy).ports
+    roce = [p for p in discovered if p.device == "mlx5_1"]
+    sources: list[SlowSource] = [PortSlowSource(discovered), HwCountersSysfsSource(roce)]
+    counters = sysfs_copy / "class/infiniband/mlx5_0/ports/1/counters"
+    hw = sysfs_copy / "class/infiniband/mlx5_1/ports/1/hw_counters"
+    (hw / "out_of_buffer").write_text("4294967290\n")
+
+    # One step of file rewrites per poll, then the expected state after all of them.
+    steps: list[dict[Path, str]] = [
+        {counters / "symbol_error": "65530", hw / "out_of_buffer": "5", hw / "np_cnp_sent": "1600"},
+        {counters / "symbol_error": "65535", counters / "port_xmit_wait": "4294967295"},
+        {counters / "symbol_error": "65535", hw / "np_cnp_sent": "4"},  # stuck; PerfMgr-style reset
+    ]
+    poller = SlowPoller(sources, interval_seconds=FAST, minimum_interval_seconds=FAST)
+    with poller:
+        polls = 1
+        wait_for(poller, polls_at_least(polls))
+        for step in steps:
+            for path, text in step.items():
+                path.write_text(text + "\n")
+            polls += 1
+            # Two more polls: the rewrite may land while a poll is running.
+            wait_for(poller, polls_at_least(polls + 1))
+            polls += 1
+        snapshot = poller.snapshot()
+
+    got = snapshot.counters
+    symbol = got[("mlx5_0", 1, "symbol_error")]
+    # 0 -> 65530 -> 65535 (saturated: a lower bound) -> 65535: no increment invented.
+    assert (symbol.value, symbol.increment, symbol.saturated, symbol.resets) == (
+        65535,
+        65535,
+        True,
+        0,
+    )
+    wait_counter = got[("mlx5_0", 1, "port_xmit_wait")]
+    assert wait_counter.saturated and wait_counter.value == 2**32 - 1
+    wrapped = got[("mlx5_1", 1, "out_of_buffer")]
+    # A 32-bit Q counter: 4294967290 -> 5 is 11 events, not a reset.
+    assert (wrapped.increment, wrapped.resets) == (11, 0)
+    cnp = got[("mlx5_1", 1, "np_cnp_sent")]
+    # 1520 -> 1600 (+80), then 4: a 64-bit counter went backwards, re-baselined.
+    assert (cnp.value, cnp.increment, cnp.resets) == (4, 80, 1)
+    assert got[("mlx5_0", 1, "state")].increment is None
+    assert cnp.source == "hw_counters" and symbol.source == "port_slow"
+
+    health = {h.name: h for h in snapshot.sources}
+    for h in health.values():
+        assert h.polls == h.read_seconds_count >= 7
+        assert h.last_read_seconds is not None and 0 < h.last_read_seconds < 1
+        assert len(h.recent_read_seconds) == min(h.polls, 64)
+        assert h.read_seconds_sum == pytest.approx(sum(h.recent_read_seconds))
+    # mlx5_2's symbol_error reads "N/A (no PMA)" on every poll: counted, never fatal.
+    assert health["port_slow"].errors == health["port_slow"].polls
+    assert health["hw_counters"].errors == 0
+
+
+def test_timestamps_are_read_midpoints(sysfs_copy: Path) -> None:
+    poller = SlowPoller([PortSlowSource(discover(sysfs_copy).ports)])
+    before = time.monotonic_ns()
+    poller.poll_once()
+    after = time.monotonic_ns()
+    stamps = {c.timestamp_ns for c in poller.snapshot().counters.values()}
+    assert len(stamps) == 1 and before < stamps.pop() < after
+    poller.close()
+
+
+class FlakySource:
+    """A source that fails its second poll, as an interface that vanishes and returns would."""
+
+    def __init__(self) -> None:
+        self.name = "flaky"
+        self.opens = 0
+        self.polls = 0
+        self.values = iter([10, 500, 510, 530])
+
+    def open(self) -> None:
+        self.opens += 1
+
+    def poll(self) -> list[SlowReading]:
+        self.polls += 1
+        if self.polls == 2:
+            raise OSError(19, "No such device")
+        return [SlowReading("veth0", 1, "rx_prio3_pause", next(self.values), RESETTING_64)]
+
+    def close(self) -> None:
+        pass
+
+
+class BrokenSource:
+    name = "broken"
+
+    def open(self) -> None:
+        raise PermissionError("nope")
+
+    def poll(self) -> list[SlowReading]:
+        raise AssertionError("never opened")
+
+    def close(self) -> None:
+        raise AssertionError("never opened")
+
+
+def test_a_failing_source_is_reopened_and_rebaselined_without_stopping_others() -> None:
+    flaky = FlakySource()
+    poller = SlowPoller([BrokenSource(), flaky])
+    for _ in range(5):
+        poller.poll_once()
+    snapshot = poller.snapshot()
+    pause = snapshot.counters[("veth0", 1, "rx_prio3_pause")]
+    # 10 (first: unknown); poll 2 failed; reopened: 500 is a re-baseline, not +490; then
+    # 510 (+10) and 530 (+20).
+    assert (pause.value, pause.increment, pause.resets) == (530, 30, 0)
+    assert flaky.opens == 2
+    broken, healthy = snapshot.sources
+    assert (broken.polls, broken.errors) == (0, 5)
+    assert broken.last_error == "open: PermissionError: nope"
+    assert (healthy.polls, healthy.errors) == (4, 1)
+    assert healthy.last_error == "poll: OSError: [Errno 19] No such device"
+
+
+def test_snapshot_is_safe_while_the_thread_polls(sysfs_copy: Path) -> None:
+    poller = SlowPoller(
+        [PortSlowSource(discover(sysfs_copy).ports)],
+        interval_seconds=0.001,
+        minimum_interval_seconds=0.001,
+    )
+    seen: list[int] = []
+    with poller:
+        stop = time.monotonic() + 0.2
+        while time.monotonic() < stop or (
+            poller.snapshot().sources[0].polls < 20 and time.monotonic() < stop + 5
+        ):
+            snapshot = poller.snapshot()
+            seen.append(len(snapshot.counters))
+            assert all(isinstance(c, CounterState) for c in snapshot.counters.values())
+    assert max(seen) == 30  # 16 for mlx5_0, 9 for mlx5_1, 5 for mlx5_2
+    assert not any(t.name == "burstscope-slow-poller" for t in threading.enumerate())
+
+
+def test_slow_sources_for_the_infiniband_source() -> None:
+    fast = InfiniBandSource(str(SYSFS))
+    sources = slow_sources_for(fast, str(SYSFS), probe=lambda _: "no RDMA netlink here")
+    assert [s.name for s in sources] == ["port_slow", "hw_counters", "ethtool:ens1f1np1"]
+    port_slow, hw, ethtool = sources
+    assert isinstance(port_slow, PortSlowSource)
+    assert [p.device for p in port_slow.ports] == ["mlx5_0", "mlx5_1", "mlx5_2"]
+    # RoCE ports: mlx5_1, and irdma0 which has hw_counters but no counters/.
+    assert isinstance(hw, HwCountersSysfsSource)
+    assert [(p.device, p.port) for p in hw.ports] == [("mlx5_1", 1), ("irdma0", 1)]
+    assert isinstance(ethtool, EthtoolSource) and ethtool.interface == "ens1f1np1"
+
+    with_netlink = slow_sources_for(fast, str(SYSFS), with_ethtool=False, probe=lambda _: None)
+    assert [s.name for s in with_netlink] == ["port_slow", "rdma_netlink"]
+    assert isinstance(with_netlink[1], RdmaNetlinkSource)
+    assert list(with_netlink[1].ports) == [("mlx5_1", 1), ("irdma0", 1)]
+
+
+def test_slow_sources_for_the_netdev_source_reads_lo_for_real() -> None:
+    fast = NetdevSource(("lo",))
+    sources = slow_sources_for(fast)
+    assert [s.name for s in sources] == ["ethtool:lo"]
+    poller = SlowPoller(sources)
+    poller.poll_once()
+    (health,) = poller.snapshot().sources
+    assert (health.polls, health.errors) == (1, 0)  # lo has no driver stats: empty, not an error
+    poller.close()
+
+
+def test_slow_sources_for_an_unknown_source() -> None:
+    with pytest.raises(TypeError, match="no slow sources known for str"):
+        slow_sources_for("sysfs")
