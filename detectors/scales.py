@@ -55,7 +55,11 @@ class ScaleStats:
 
     @property
     def p99(self) -> float | None:
-        return utilization_quantile(self.histogram, 0.99)
+        """Upper edge of the 0.001-wide bin holding the 99th percentile, at most the max."""
+        edge = utilization_quantile(self.histogram, 0.99)
+        if edge is None or self.maximum is None:
+            return None
+        return min(edge, self.maximum)
 
     @property
     def idle_fraction(self) -> float | None:
