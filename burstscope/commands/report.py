@@ -1,0 +1,297 @@
+"""``burstscope report``: a recorded trace or CSV through the detectors, as a table, JSON or PNG."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from burstscope.errors import UsageError
+from burstscope.report_view import (
+    DirectionReport,
+    PlotSeries,
+    PortReport,
+    Report,
+    print_table,
+    to_json,
+)
+from collector.trace import PortSamples, TraceError, read_samples
+from detectors.analyzer import Chunk, DirectionAnalyzer
+from detectors.config import NS_PER_SECOND, Thresholds, nominal_interval_ns, scale_key
+from detectors.scales import peak_envelope
+from detectors.synchrony import synchrony
+
+# Samples a port needs before its sampling interval (the finest scale) is decided.
+INTERVAL_PROBE = 64
+# The plot shows the finest scale as its largest value per second (an hour at 1 ms is
+# 3.6 M points, more than a PNG has pixels), and 2 s of it as sampled, from 100 ms before
+# the first burst.
+PLOT_BUCKET_NS = NS_PER_SECOND
+ZOOM_NS = 2 * NS_PER_SECOND
+ZOOM_LEAD_NS = 100_000_000
+DIRECTIONS = ("transmit", "receive")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="millisecond bursts beside 15-second averages, from a trace or CSV",
+        description="Analyse Parquet traces written by `burstscope record` (a directory of "
+        "part-*.parquet pieces, or one .parquet file) or CSV files with the header "
+        "timestamp_ns,device,port,xmit_bytes,rcv_bytes (cumulative byte counters; optional "
+        "line_rate_bytes_per_second and rebaseline columns).",
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", type=Path, help="trace or CSV")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--plot", metavar="PNG", type=Path, help="write a PNG of the contrast")
+    parser.add_argument(
+        "--line-rate",
+        metavar="GBITS",
+        type=float,
+        help="line rate in Gb/s for every port (overrides the trace's line rate column)",
+    )
+    parser.set_defaults(func=run)
+
+
+@dataclass(slots=True)
+class _Direction:
+    """An analyzer and, with --plot, the little of its output a picture needs."""
+
+    analyzer: DirectionAnalyzer
+    keep_plot: bool
+    plot: PlotSeries = field(default_factory=PlotSeries)
+    _parts: dict[str, list[Any]] = field(default_factory=dict)
+    zoom_start_ns: int | None = None
+
+    def feed(self, timestamp: Any, values: Any, rebaseline: Any) -> None:
+        self._keep(self.analyzer.feed(timestamp, values, rebaseline))
+
+    def finish(self) -> None:
+        self._keep(self.analyzer.finish())
+        if self.keep_plot:
+            self.plot = PlotSeries(**{name: _join(parts) for name, parts in self._parts.items()})
+
+    def _add(self, name: str, values: Any) -> None:
+        self._parts.setdefault(name, []).append(values)
+
+    def _keep(self, chunk: Chunk) -> None:
+        if not self.keep_plot:
+            return
+        thresholds = self.analyzer.thresholds
+        for key, prefix in ((scale_key(thresholds.coarse_window_ns), "coarse"), ("1", "second")):
+            windows = chunk.windows.get(key)
+            if windows is not None:
+                self._add(f"{prefix}_end_ns", windows.end_ns)
+                self._add(f"{prefix}_utilization", windows.utilization)
+        if chunk.timestamp_ns.size == 0:
+            return
+        starts, peaks = peak_envelope(
+            chunk.timestamp_ns, chunk.utilization, chunk.valid, PLOT_BUCKET_NS
+        )
+        self._add("peak_start_ns", starts)
+        self._add("peak_utilization", peaks)
+        # The zoom: the finest scale itself, from just before the first burst.
+        if self.zoom_start_ns is None:
+            above = np.flatnonzero(chunk.utilization > thresholds.burst)
+            if above.size == 0:
+                return
+            self.zoom_start_ns = int(chunk.timestamp_ns[above[0]]) - ZOOM_LEAD_NS
+        keep = (chunk.timestamp_ns >= self.zoom_start_ns) & (
+            chunk.timestamp_ns < self.zoom_start_ns + ZOOM_NS
+        )
+        if keep.any():
+            self._add("zoom_end_ns", chunk.timestamp_ns[keep])
+            self._add("zoom_utilization", chunk.utilization[keep])
+            self._add("zoom_valid", chunk.valid[keep])
+
+
+class _Port:
+    """One port of one trace: its two directions, created once the interval is known."""
+
+    def __init__(self, source: str, device: str, port: int, options: _Options) -> None:
+        self.source = source
+        self.device = device
+        self.port = port
+        self.options = options
+        self.pending: list[PortSamples] = []
+        self.directions: tuple[_Direction, _Direction] | None = None
+        self.line_rate: int | None = None
+        self.warnings: list[str] = []
+        self.rate_warned = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.device} port {self.port}"
+
+    def add(self, samples: PortSamples) -> None:
+        if self.directions is None:
+            self.pending.append(samples)
+            if sum(p.timestamp_ns.size for p in self.pending) >= INTERVAL_PROBE:
+                self._start(final=False)
+            return
+        self._feed(samples)
+
+    def finish(self) -> None:
+        if self.directions is None:
+            self._start(final=True)
+        assert self.directions is not None
+        for direction in self.directions:
+            direction.finish()
+
+    def _rate_from(self, samples: PortSamples) -> int | None:
+        """The first known line rate in these samples; warns once when it differs from ours."""
+        if self.options.line_rate is not None:
+            return self.options.line_rate
+        rates = samples.line_rate_bytes_per_second
+        if rates is None:
+            raise UsageError(
+                f"{str(samples.source)!r}: no line_rate_bytes_per_second column; "
+                "pass --line-rate GBITS"
+            )
+        known = rates[rates > 0]
+        if known.size == 0:
+            return None
+        if self.line_rate is not None and not self.rate_warned:
+            other = known[known != self.line_rate]
+            if other.size:
+                self.rate_warned = True
+                self.warnings.append(
+                    f"line rate changed to {int(other[0])} B/s; "
+                    f"utilization uses {self.line_rate} B/s throughout"
+                )
+        return int(known[0])
+
+    def _start(self, final: bool) -> None:
+        rate = next((r for r in (self._rate_from(p) for p in self.pending) if r is not None), None)
+        if rate is None:
+            if not final:
+                return
+            source = self.pending[0].source
+            raise UsageError(
+                f"{str(source)!r}: line rate unknown (0) for {self.label}; pass --line-rate GBITS"
+            )
+        self.line_rate = rate
+        stamps = np.concatenate([p.timestamp_ns for p in self.pending])
+        if np.count_nonzero(np.diff(stamps) > 0) == 0:
+            raise UsageError(
+                f"{str(self.pending[0].source)!r}: {self.label} needs at least two samples "
+                "with increasing timestamps"
+            )
+        interval = nominal_interval_ns(stamps)
+        self.directions = tuple(  # type: ignore[assignment]
+            _Direction(
+                DirectionAnalyzer(rate, self.options.thresholds, interval, keep_bursts=True),
+                keep_plot=self.options.plot,
+            )
+            for _ in DIRECTIONS
+        )
+        pending, self.pending = self.pending, []
+        for samples in pending:
+            self._feed(samples)
+
+    def _feed(self, samples: PortSamples) -> None:
+        if self.options.line_rate is None:
+            self._rate_from(samples)
+        assert self.directions is not None
+        transmit, receive = self.directions
+        transmit.feed(samples.timestamp_ns, samples.xmit_bytes, samples.rebaseline)
+        receive.feed(samples.timestamp_ns, samples.rcv_bytes, samples.rebaseline)
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    line_rate: int | None
+    thresholds: Thresholds
+    plot: bool
+
+
+def analyze_paths(
+    paths: list[Path], line_rate_gbits: float | None, plot: bool, thresholds: Thresholds
+) -> Report:
+    """Read every trace, feed the detectors, and gather what the views show."""
+    if line_rate_gbits is not None and not line_rate_gbits > 0:
+        raise UsageError(f"--line-rate must be positive, got {line_rate_gbits:g}")
+    line_rate = None if line_rate_gbits is None else round(line_rate_gbits * 1e9 / 8)
+    options = _Options(line_rate, thresholds, plot)
+    ports: list[PortReport] = []
+    synchronies = []
+    for path in paths:
+        found: dict[tuple[str, int], _Port] = {}
+        try:
+            for samples in read_samples(path):
+                key = (samples.device, samples.port)
+                if key not in found:
+                    found[key] = _Port(str(path), samples.device, samples.port, options)
+                found[key].add(samples)
+        except TraceError as exc:
+            raise UsageError(str(exc)) from None
+        port_reports = []
+        for key in sorted(found):
+            port = found[key]
+            port.finish()
+            port_reports.append(_port_report(port))
+        ports.extend(port_reports)
+        for index, name in enumerate(DIRECTIONS):
+            if len(port_reports) < 2:
+                continue
+            directions = [p.directions[index] for p in port_reports]
+            bursts = [d.bursts for d in directions]
+            synchronies.append(
+                (
+                    str(path),
+                    name,
+                    synchrony(
+                        [f"{p.device}/{p.port}" for p in port_reports],
+                        [b.start_ns for b in bursts],
+                        [b.end_ns for b in bursts],
+                    ),
+                )
+            )
+    return Report(tuple(ports), tuple(synchronies))
+
+
+def _port_report(port: _Port) -> PortReport:
+    assert port.directions is not None
+    directions = []
+    for name, direction in zip(DIRECTIONS, port.directions, strict=True):
+        analyzer = direction.analyzer
+        summary = analyzer.summary()
+        directions.append(
+            DirectionReport(
+                direction=name,
+                summary=summary,
+                bursts=analyzer.bursts(),
+                plot=direction.plot,
+            )
+        )
+    return PortReport(
+        source=port.source,
+        device=port.device,
+        port=port.port,
+        directions=(directions[0], directions[1]),
+        warnings=tuple(port.warnings),
+    )
+
+
+def _join(parts: list[Any]) -> Any:
+    return np.concatenate(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = analyze_paths(args.paths, args.line_rate, args.plot is not None, Thresholds())
+    if args.plot is not None:
+        from burstscope.plot import write_plot
+
+        try:
+            write_plot(report, args.plot)
+        except OSError as exc:
+            raise UsageError(f"cannot write {str(args.plot)!r}: {exc.strerror}") from None
+    if args.json:
+        print(json.dumps(to_json(report), indent=2))
+    else:
+        print_table(report)
+    return 0
