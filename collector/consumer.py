@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from collector.ring import Field, Ring
 from collector.sources.base import STATUS_MISSING, STATUS_REBASELINE, PortSpec
@@ -17,7 +18,11 @@ class RingReader:
         self.ports = ports
         self.cursor = 0
         self.lost_rows = 0
-        self.missing_samples = 0
+        self.missing_by_port = [0] * len(ports)
+
+    @property
+    def missing_samples(self) -> int:
+        return sum(self.missing_by_port)
 
     @property
     def wall_offset_ns(self) -> int:
@@ -25,6 +30,12 @@ class RingReader:
 
     def poll(self) -> list[PortColumns]:
         """Samples since the last poll, per port, wall-clock stamped; failed reads left out."""
+        return self.poll_with_timing()[0]
+
+    def poll_with_timing(
+        self,
+    ) -> tuple[list[PortColumns], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """As poll(), plus each tick's lateness and every successful read's duration (ns)."""
         self.cursor, rows = self.ring.read_since(self.cursor)
         self.lost_rows += rows.lost_rows
         offset = self.wall_offset_ns
@@ -32,7 +43,7 @@ class RingReader:
         for index, spec in enumerate(self.ports):
             status = rows.status[:, index]
             present = status != STATUS_MISSING
-            self.missing_samples += int(present.size - np.count_nonzero(present))
+            self.missing_by_port[index] += int(present.size - np.count_nonzero(present))
             columns.append(
                 PortColumns(
                     device=spec.device,
@@ -45,4 +56,5 @@ class RingReader:
                     rebaseline=status[present] == STATUS_REBASELINE,
                 )
             )
-        return columns
+        read_ns = rows.read_ns[rows.status != STATUS_MISSING]
+        return columns, rows.lateness_ns, read_ns

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,8 @@ _LOG = logging.getLogger(__name__)
 DEFAULT_INTERVAL_SECONDS = 1.0
 # The design limit: faster would multiply firmware commands for no operator benefit.
 MINIMUM_INTERVAL_SECONDS = 1.0
-RECENT_DURATIONS = 64
+# Slow reads are firmware commands on mlx5: tens of microseconds to a second.
+READ_BUCKETS_SECONDS = (1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1.0)
 
 CounterKey = tuple[str, int, str]  # (device, port, name)
 
@@ -76,7 +76,7 @@ class SourceHealth:
     last_read_seconds: float | None
     read_seconds_sum: float
     read_seconds_count: int
-    recent_read_seconds: tuple[float, ...]  # the last RECENT_DURATIONS, oldest first
+    read_buckets: tuple[int, ...]  # cumulative per READ_BUCKETS_SECONDS, then +Inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +98,7 @@ class _SourceState:
     last_error: str | None = None
     last_read_seconds: float | None = None
     read_seconds_sum: float = 0.0
-    recent: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_DURATIONS))
+    read_buckets: list[int] = field(default_factory=lambda: [0] * (len(READ_BUCKETS_SECONDS) + 1))
 
 
 class SlowPoller:
@@ -219,7 +219,9 @@ class SlowPoller:
             state.polls += 1
             state.last_read_seconds = seconds
             state.read_seconds_sum += seconds
-            state.recent.append(seconds)
+            for index, bound in enumerate((*READ_BUCKETS_SECONDS, float("inf"))):
+                if seconds <= bound:
+                    state.read_buckets[index] += 1
             if isinstance(source, ReportsReadErrors):
                 new_errors = source.read_errors - state.reported_read_errors
                 if new_errors > 0:
@@ -261,7 +263,7 @@ class SlowPoller:
                     last_read_seconds=s.last_read_seconds,
                     read_seconds_sum=s.read_seconds_sum,
                     read_seconds_count=s.polls,
-                    recent_read_seconds=tuple(s.recent),
+                    read_buckets=tuple(s.read_buckets),
                 )
                 for s in self._states
             )
@@ -341,8 +343,11 @@ def slow_sources_for(
         if roce:
             sources.append(choose_hw_counter_source(roce, probe))
         if with_ethtool:
-            netdevs = sorted({p.netdev for p in ports if p.netdev})
-            sources.extend(EthtoolSource(netdev) for netdev in netdevs)
+            # Labelled with the RDMA port that owns the netdev, so PFC counters sit beside
+            # that port's bursts in the exporter and on the dashboards.
+            sources.extend(
+                EthtoolSource(p.netdev, device=p.device, port=p.port) for p in ports if p.netdev
+            )
     elif isinstance(fast_source, NetdevSource):
         if with_ethtool:
             sources.extend(EthtoolSource(interface) for interface in fast_source.interfaces)

@@ -14,8 +14,10 @@ from burstscope.errors import UsageError
 from collector.discovery import Discovery, DiscoveryError, compile_filter, discover
 
 
-def add_port_selection(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sysfs-root", default="/sys", help="root of sysfs (default: /sys)")
+def add_port_selection(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
+    parser.add_argument(
+        "--sysfs-root", default="/sys" if defaults else None, help="root of sysfs (default: /sys)"
+    )
     parser.add_argument("--include", metavar="RE", help="only devices matching this expression")
     parser.add_argument("--exclude", metavar="RE", help="skip devices matching this expression")
 

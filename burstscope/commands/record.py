@@ -19,19 +19,22 @@ from collector.sources.base import CounterSource, SourceError
 from collector.trace import TraceError, prepare_output
 
 
-def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+def add_source_arguments(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
+    """Source flags; with defaults=False they stay None so a configuration file can fill them."""
     parser.add_argument(
         "--source",
-        default="sysfs",
+        default="sysfs" if defaults else None,
         metavar="SPEC",
         help="sysfs (every discovered port, default), netdev:IF[,IF...], sim[:PROFILE], "
         "replay:PATH",
     )
-    add_port_selection(parser)
+    add_port_selection(parser, defaults)
     parser.add_argument(
         "--line-rate", metavar="GBITS", type=float, help="line rate in Gb/s (netdev sources)"
     )
-    parser.add_argument("--interval", default="1ms", help="sampling interval, 100us..60s")
+    parser.add_argument(
+        "--interval", default="1ms" if defaults else None, help="sampling interval, 100us..60s"
+    )
 
 
 def register(subparsers: Any) -> None:

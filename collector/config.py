@@ -1,0 +1,194 @@
+"""The agent's configuration file (TOML): every key validated, every error naming file and key.
+
+Layout (all tables and keys optional; command-line flags override the file)::
+
+    [source]      spec, sysfs_root, include, exclude, line_rate_gbits, interval, slow_interval
+    [thresholds]  burst, saturated, idle, busy
+    [listen]      address, tls_cert, tls_key, tls_client_ca
+    [sampler]     realtime_priority, cpu, spin
+    [mqtt]        url, username, password, ca_file, cert_file, key_file, spool_dir,
+                  spool_messages, merge_gap, max_events_per_second
+    [recording]   path, piece_seconds
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collector.http import DEFAULT_LISTEN, HttpError, parse_listen
+from collector.sampler import parse_interval
+
+
+class ConfigError(Exception):
+    """One line: the file, the key and what is wrong with it."""
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, not {type(value).__name__}")
+    return value
+
+
+def _ratio(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"must be a number, not {type(value).__name__}")
+    if not 0.0 < float(value) <= 1.0:
+        raise ValueError(f"must be in (0, 1], not {value}")
+    return float(value)
+
+
+def _positive(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"must be a positive number, not {value!r}")
+    return float(value)
+
+
+def _integer(low: int, high: int) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"must be an integer, not {type(value).__name__}")
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}, not {value}")
+        return value
+
+    return check
+
+
+def _interval(value: Any) -> int:
+    return parse_interval(_string(value))
+
+
+def _duration(value: Any) -> int:
+    """Like an interval, but 0 is allowed (spin) and the range is not the sampler's."""
+    text = _string(value)
+    if text.strip() in ("0", "0s", "0us", "0ms"):
+        return 0
+    return parse_interval(text) if text else 0
+
+
+def _listen(value: Any) -> str:
+    text = _string(value)
+    try:
+        parse_listen(text)
+    except HttpError as exc:
+        raise ValueError(str(exc).removeprefix("--listen ")) from None
+    return text
+
+
+def _regex(value: Any) -> str:
+    import re
+
+    text = _string(value)
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"is not a valid regular expression: {exc}") from None
+    return text
+
+
+def _readable_file(value: Any) -> str:
+    text = _string(value)
+    if not Path(text).is_file():
+        raise ValueError(f"file {text!r} does not exist")
+    return text
+
+
+# table -> key -> validator. Unknown tables and keys are errors: a typo must not be ignored.
+SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
+    "source": {
+        "spec": _string,
+        "sysfs_root": _string,
+        "include": _regex,
+        "exclude": _regex,
+        "line_rate_gbits": _positive,
+        "interval": _interval,
+        "slow_interval": _positive,
+    },
+    "thresholds": {"burst": _ratio, "saturated": _ratio, "idle": _ratio, "busy": _ratio},
+    "listen": {
+        "address": _listen,
+        "tls_cert": _readable_file,
+        "tls_key": _readable_file,
+        "tls_client_ca": _readable_file,
+    },
+    "sampler": {
+        "realtime_priority": _integer(0, 99),
+        "cpu": _integer(-1, 4095),
+        "spin": _duration,
+    },
+    "mqtt": {
+        "url": _string,
+        "username": _string,
+        "password": _string,
+        "ca_file": _readable_file,
+        "cert_file": _readable_file,
+        "key_file": _readable_file,
+        "spool_dir": _string,
+        "spool_messages": _integer(1, 10_000_000),
+        "merge_gap": _interval,
+        "max_events_per_second": _positive,
+    },
+    "recording": {"path": _string, "piece_seconds": _positive},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """Validated values by table and key; absent keys are simply absent."""
+
+    path: str | None = None
+    values: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def get(self, table: str, key: str, default: Any = None) -> Any:
+        return self.values.get(table, {}).get(key, default)
+
+    @property
+    def listen(self) -> str:
+        return str(self.get("listen", "address", DEFAULT_LISTEN))
+
+
+def parse_config(text: str, path: str = "<config>") -> AgentConfig:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    values: dict[str, dict[str, Any]] = {}
+    for table, entries in raw.items():
+        keys = SCHEMA.get(table)
+        if keys is None:
+            raise ConfigError(f"{path}: unknown table [{table}] (known: {', '.join(SCHEMA)})")
+        if not isinstance(entries, dict):
+            raise ConfigError(f"{path}: {table} must be a table ([{table}])")
+        checked: dict[str, Any] = {}
+        for key, value in entries.items():
+            validate = keys.get(key)
+            if validate is None:
+                raise ConfigError(f"{path}: unknown key {table}.{key} (known: {', '.join(keys)})")
+            try:
+                checked[key] = validate(value)
+            except ValueError as exc:
+                raise ConfigError(f"{path}: {table}.{key} {exc}") from None
+        values[table] = checked
+    tls = values.get("listen", {})
+    if ("tls_cert" in tls) != ("tls_key" in tls):
+        raise ConfigError(f"{path}: listen.tls_cert and listen.tls_key go together")
+    thresholds = values.get("thresholds", {})
+    if thresholds.get("idle", 0.01) >= thresholds.get("burst", 0.5):
+        raise ConfigError(f"{path}: thresholds.idle must be below thresholds.burst")
+    if thresholds.get("burst", 0.5) > thresholds.get("saturated", 0.9):
+        raise ConfigError(f"{path}: thresholds.burst must not exceed thresholds.saturated")
+    return AgentConfig(path, values)
+
+
+def load_config(path: str) -> AgentConfig:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file") from None
+    return parse_config(text, path)

@@ -1,0 +1,298 @@
+"""Prometheus exposition: metric families built at scrape time from the pipeline's snapshot.
+
+A custom Collector, not instrumented objects: nothing is reset on scrape and nothing is
+timestamped, so several Prometheus servers scraping at different intervals all see the
+same monotonic counters (prometheus.io/docs/instrumenting/writing_exporters). Every name
+and its HELP live in ``HELP``; the README's metric table is generated from it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from burstscope import __version__
+from collector.pipeline import DIRECTIONS, TIMING_BUCKETS_SECONDS, Snapshot
+from collector.slow_poller import READ_BUCKETS_SECONDS, CounterState
+from detectors.live import BURST_DURATION_BUCKETS_SECONDS, UTILIZATION_BUCKETS
+
+PEAK_WINDOWS = (("15s", 15_000_000_000), ("60s", 60_000_000_000))
+PORT = ("device", "port")
+PORT_DIRECTION = ("device", "port", "direction")
+
+# One name -> HELP table. Units are in the names (Prometheus naming: base units, _total).
+HELP: dict[str, str] = {
+    "burstscope_port_data_bytes_total": "Bytes carried, as last read by the 1 ms sampler "
+    "(counters/port_{xmit,rcv}_data x 4 octets, or netdev statistics for netdev sources).",
+    "burstscope_port_line_rate_bytes_per_second": "Line rate of the port (sysfs rate, "
+    "class/net/IF/speed or --line-rate).",
+    "burstscope_port_utilization_ratio": "Per-sample utilization (bytes per second over "
+    "line rate, one observation per sampling interval, 1 ms by default): 1 - "
+    'bucket{le="0.9"}/count is the share of milliseconds at or above 90%.',
+    "burstscope_port_peak_utilization_ratio": "Highest per-sample utilization in the "
+    "trailing window named by the window label (15 s or 60 s, resolved to 100 ms).",
+    "burstscope_port_bursts_total": "Bursts that ended: maximal runs of samples above the "
+    "burst threshold (50% of line rate by default, after Zhang et al., IMC 2017).",
+    "burstscope_port_burst_bytes_total": "Bytes carried inside bursts that ended.",
+    "burstscope_port_burst_duration_seconds": "Durations of bursts that ended.",
+    "burstscope_port_saturated_seconds_total": "Time at or above the saturation threshold "
+    "(90% of line rate by default).",
+    "burstscope_port_hidden_saturated_seconds_total": "Saturated time inside 15 s "
+    "wall-clock windows whose mean is below 25%: saturation a 15 s scrape cannot see.",
+    "burstscope_port_counter_resets_total": "Times a data counter went backwards (device "
+    "reset, driver reload, perfquery -R); the interval across it is not counted.",
+    "burstscope_port_failed_reads_total": "Sampler reads of the port's data counters that "
+    "failed; the port is retried with backoff.",
+    "burstscope_port_state": "Logical port state number (state: 1 DOWN .. 4 ACTIVE).",
+    "burstscope_port_link_downed_total": "Times the link went down (counters/link_downed, "
+    "8-bit, stops at 255).",
+    "burstscope_port_errors_total": "Link error PortCounters by kernel name (symbol_error, "
+    "link_error_recovery, port_rcv_errors, port_xmit_discards); they stop at all-ones.",
+    "burstscope_port_transmit_wait_total": "Ticks with data queued but nothing sent "
+    "(counters/port_xmit_wait; tick length varies by HCA generation: compare, don't add).",
+    "burstscope_port_congestion_packets_total": "RoCE congestion control packets by kernel "
+    "name (np_cnp_sent, rp_cnp_handled, rp_cnp_ignored, np_ecn_marked_roce_packets).",
+    "burstscope_port_pfc_pause_frames_total": "PFC pause frames per priority and direction "
+    "(ethtool {rx,tx}_prio<N>_pause).",
+    "burstscope_port_pfc_pause_duration_seconds_total": "PFC pause duration per priority and "
+    "direction (ethtool {rx,tx}_prio<N>_pause_duration, microseconds on mlx5).",
+    "burstscope_sampler_ticks_total": "Ticks the sampler ran.",
+    "burstscope_sampler_missed_ticks_total": "Deadlines the sampler skipped because it was "
+    "more than a whole interval late.",
+    "burstscope_sampler_lateness_seconds": "Wake-up time minus deadline, per tick.",
+    "burstscope_sampler_interval_seconds": "The sampling interval.",
+    "burstscope_sampler_up": "1 while the sampler process is alive.",
+    "burstscope_sampler_realtime": "1 when the sampler runs under SCHED_FIFO.",
+    "burstscope_ring_lost_samples_total": "Ticks overwritten in the ring before the agent "
+    "read them (the consumer fell more than 60 s behind).",
+    "burstscope_source_read_duration_seconds": "Duration of one read of a source: one "
+    "port's data counters per tick for the fast source, one poll for slow sources.",
+    "burstscope_source_errors_total": "Failed opens, polls or files of a slow source.",
+    "burstscope_scrape_duration_seconds": "How long the previous scrape took to build.",
+    "burstscope_info": "burstscope version and source (value 1).",
+}
+
+_ERROR_COUNTERS = (
+    "symbol_error",
+    "link_error_recovery",
+    "port_rcv_errors",
+    "port_xmit_discards",
+)
+_CONGESTION_COUNTERS = (
+    "np_cnp_sent",
+    "rp_cnp_handled",
+    "rp_cnp_ignored",
+    "np_ecn_marked_roce_packets",
+)
+_PFC = re.compile(r"^(rx|tx)_prio(\d)_(pause|pause_duration)$")
+
+
+def _bound(value: float) -> str:
+    return "+Inf" if value == float("inf") else repr(float(value))
+
+
+def _buckets(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, float]]:
+    return [(_bound(b), float(c)) for b, c in zip((*bounds, float("inf")), counts, strict=True)]
+
+
+class _Families:
+    """Lazily created families, so each name is declared once with its HELP."""
+
+    def __init__(self) -> None:
+        self.families: dict[str, Metric] = {}
+
+    def get(self, kind: type[Metric], name: str, labels: tuple[str, ...]) -> Metric:
+        family = self.families.get(name)
+        if family is None:
+            stem = name.removesuffix("_total") if kind is CounterMetricFamily else name
+            family = kind(stem, HELP[name], labels=list(labels))  # type: ignore[call-arg]
+            self.families[name] = family
+        return family
+
+    def counter(self, name: str, labels: tuple[str, ...], values: list[str], value: float) -> None:
+        self.get(CounterMetricFamily, name, labels).add_metric(values, value)  # type: ignore[attr-defined]
+
+    def gauge(self, name: str, labels: tuple[str, ...], values: list[str], value: float) -> None:
+        self.get(GaugeMetricFamily, name, labels).add_metric(values, value)  # type: ignore[attr-defined]
+
+    def histogram(
+        self,
+        name: str,
+        labels: tuple[str, ...],
+        values: list[str],
+        buckets: list[tuple[str, float]],
+        total: float,
+    ) -> None:
+        family = self.get(HistogramMetricFamily, name, labels)
+        family.add_metric(values, buckets, total)  # type: ignore[attr-defined]
+
+
+class BurstscopeCollector(Collector):
+    """Yields every family from one snapshot per scrape."""
+
+    def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
+        self._snapshot = snapshot
+        self._previous_scrape_seconds = 0.0
+
+    def describe(self) -> Iterator[Metric]:
+        # Nothing to describe up front: building families needs a snapshot, and
+        # registration must not scrape (prometheus_client auto_describe).
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        started = time.perf_counter()
+        snap = self._snapshot()
+        out = _Families()
+        self._ports(out, snap)
+        self._slow(out, snap)
+        self._health(out, snap)
+        out.gauge("burstscope_scrape_duration_seconds", (), [], self._previous_scrape_seconds)
+        out.gauge("burstscope_info", ("version", "source"), [__version__, snap.source], 1)
+        self._previous_scrape_seconds = time.perf_counter() - started
+        return iter(out.families.values())
+
+    @staticmethod
+    def _ports(out: _Families, snap: Snapshot) -> None:
+        for port in snap.ports:
+            key = [port.spec.device, str(port.spec.port)]
+            rate = port.spec.line_rate_bytes_per_second
+            out.gauge("burstscope_port_line_rate_bytes_per_second", PORT, key, rate)
+            resets = 0
+            for direction in DIRECTIONS:
+                view = port.directions[direction]
+                live = view.live
+                labels = [*key, direction]
+                resets += view.resets
+                out.counter(
+                    "burstscope_port_data_bytes_total", PORT_DIRECTION, labels, view.bytes_total
+                )
+                out.histogram(
+                    "burstscope_port_utilization_ratio",
+                    PORT_DIRECTION,
+                    labels,
+                    _buckets(UTILIZATION_BUCKETS, live.utilization_buckets.tolist()),
+                    live.utilization_sum,
+                )
+                for window, length in PEAK_WINDOWS:
+                    peak = live.peak(length, snap.now_ns)
+                    out.gauge(
+                        "burstscope_port_peak_utilization_ratio",
+                        (*PORT_DIRECTION, "window"),
+                        [*labels, window],
+                        0.0 if peak is None else peak,
+                    )
+                out.counter("burstscope_port_bursts_total", PORT_DIRECTION, labels, live.bursts)
+                out.counter(
+                    "burstscope_port_burst_bytes_total", PORT_DIRECTION, labels, live.burst_bytes
+                )
+                out.histogram(
+                    "burstscope_port_burst_duration_seconds",
+                    PORT_DIRECTION,
+                    labels,
+                    _buckets(BURST_DURATION_BUCKETS_SECONDS, live.burst_duration_buckets.tolist()),
+                    live.burst_seconds_sum,
+                )
+                out.counter(
+                    "burstscope_port_saturated_seconds_total",
+                    PORT_DIRECTION,
+                    labels,
+                    view.saturated_seconds,
+                )
+                out.counter(
+                    "burstscope_port_hidden_saturated_seconds_total",
+                    PORT_DIRECTION,
+                    labels,
+                    view.hidden_saturated_seconds,
+                )
+            out.counter("burstscope_port_counter_resets_total", PORT, key, resets)
+            out.counter("burstscope_port_failed_reads_total", PORT, key, port.failed_reads)
+
+    @staticmethod
+    def _slow(out: _Families, snap: Snapshot) -> None:
+        if snap.slow is None:
+            return
+        for state in sorted(snap.slow.counters.values(), key=_order):
+            key = [state.device, str(state.port)]
+            name = state.name
+            value = float(state.value if state.increment is None else state.increment)
+            if name == "state":
+                out.gauge("burstscope_port_state", PORT, key, state.value)
+            elif name == "link_downed":
+                out.counter("burstscope_port_link_downed_total", PORT, key, value)
+            elif name == "port_xmit_wait":
+                out.counter("burstscope_port_transmit_wait_total", PORT, key, value)
+            elif name in _ERROR_COUNTERS:
+                out.counter("burstscope_port_errors_total", (*PORT, "counter"), [*key, name], value)
+            elif name in _CONGESTION_COUNTERS:
+                out.counter(
+                    "burstscope_port_congestion_packets_total",
+                    (*PORT, "counter"),
+                    [*key, name],
+                    value,
+                )
+            elif (match := _PFC.match(name)) is not None:
+                direction = "receive" if match.group(1) == "rx" else "transmit"
+                labels = [*key, direction, match.group(2)]
+                if match.group(3) == "pause":
+                    out.counter(
+                        "burstscope_port_pfc_pause_frames_total",
+                        (*PORT_DIRECTION, "priority"),
+                        labels,
+                        value,
+                    )
+                else:
+                    out.counter(
+                        "burstscope_port_pfc_pause_duration_seconds_total",
+                        (*PORT_DIRECTION, "priority"),
+                        labels,
+                        value / 1e6,
+                    )
+
+    @staticmethod
+    def _health(out: _Families, snap: Snapshot) -> None:
+        health = snap.health
+        out.counter("burstscope_sampler_ticks_total", (), [], health.ticks)
+        out.counter("burstscope_sampler_missed_ticks_total", (), [], health.missed_ticks)
+        out.histogram(
+            "burstscope_sampler_lateness_seconds",
+            (),
+            [],
+            _buckets(TIMING_BUCKETS_SECONDS, health.lateness_buckets.tolist()),
+            health.lateness_sum_seconds,
+        )
+        out.gauge("burstscope_sampler_interval_seconds", (), [], health.interval_ns / 1e9)
+        out.gauge("burstscope_sampler_up", (), [], 1.0 if health.sampler_alive else 0.0)
+        out.gauge("burstscope_sampler_realtime", (), [], 1.0 if health.realtime else 0.0)
+        out.counter("burstscope_ring_lost_samples_total", (), [], health.lost_rows)
+        out.histogram(
+            "burstscope_source_read_duration_seconds",
+            ("source",),
+            [snap.source],
+            _buckets(TIMING_BUCKETS_SECONDS, health.read_buckets.tolist()),
+            health.read_sum_seconds,
+        )
+        if snap.slow is not None:
+            for source in snap.slow.sources:
+                out.histogram(
+                    "burstscope_source_read_duration_seconds",
+                    ("source",),
+                    [source.name],
+                    _buckets(READ_BUCKETS_SECONDS, list(source.read_buckets)),
+                    source.read_seconds_sum,
+                )
+                out.counter(
+                    "burstscope_source_errors_total", ("source",), [source.name], source.errors
+                )
+
+
+def _order(state: CounterState) -> tuple[str, int, str]:
+    return (state.device, state.port, state.name)

@@ -1,0 +1,263 @@
+"""The agent's consumer side: sampler ring -> streaming detectors -> live state, in one thread.
+
+Every 100 ms the pipeline drains the ring, feeds each port direction's analyzer and live
+figures, and hands closed bursts to listeners (MQTT, the terminal view). Readers (the
+exporter's scrape threads, the terminal view) take an immutable snapshot under a lock,
+so a scrape never sees half an update and never changes anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from collector.consumer import RingReader
+from collector.ring import Field, Ring
+from collector.sampler import Sampler, SamplerConfig
+from collector.slow_poller import SlowPoller, SlowSnapshot
+from collector.sources.base import CounterSource, PortSpec, SlowSource
+from detectors.analyzer import DirectionAnalyzer
+from detectors.bursts import Bursts
+from detectors.config import Thresholds
+from detectors.live import LiveDirection, cumulative_counts
+
+_LOG = logging.getLogger(__name__)
+DIRECTIONS = ("transmit", "receive")
+DRAIN_SECONDS = 0.1
+# Sampler lateness and read durations, in seconds: 1 us .. 10 ms.
+TIMING_BUCKETS_SECONDS = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2)
+
+BurstListener = Callable[[PortSpec, str, Bursts], None]
+
+
+@dataclass(frozen=True, slots=True)
+class DirectionView:
+    """What readers see of one port direction."""
+
+    bytes_total: int  # the counter as last read (x4 already), as node_exporter exports it
+    live: LiveDirection  # a copy, owned by the snapshot
+    saturated_seconds: float
+    hidden_saturated_seconds: float  # saturated inside coarse windows that look quiet
+    resets: int
+
+
+@dataclass(frozen=True, slots=True)
+class PortView:
+    spec: PortSpec
+    directions: dict[str, DirectionView]
+    failed_reads: int
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    ticks: int
+    missed_ticks: int
+    lost_rows: int
+    realtime: bool
+    cpu: int
+    interval_ns: int
+    sampler_alive: bool
+    lateness_buckets: npt.NDArray[np.int64]  # cumulative per TIMING_BUCKETS_SECONDS, +Inf
+    lateness_sum_seconds: float
+    read_buckets: npt.NDArray[np.int64]
+    read_sum_seconds: float
+    heartbeat_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    source: str
+    now_ns: int  # wall clock of the newest sample
+    ports: tuple[PortView, ...]
+    health: Health
+    slow: SlowSnapshot | None
+    thresholds: Thresholds
+
+
+@dataclass(slots=True)
+class _PortState:
+    spec: PortSpec
+    analyzers: dict[str, DirectionAnalyzer]
+    live: dict[str, LiveDirection] = field(default_factory=dict)
+    latest: dict[str, int] = field(default_factory=dict)
+    failed_reads: int = 0
+
+
+class Pipeline:
+    """Owns the sampler process, the slow poller and the streaming detectors of one agent."""
+
+    def __init__(
+        self,
+        source: CounterSource,
+        sampler_config: SamplerConfig | None = None,
+        thresholds: Thresholds | None = None,
+        slow_sources: Sequence[SlowSource] = (),
+        slow_interval_seconds: float = 1.0,
+    ) -> None:
+        self.source = source
+        self.thresholds = thresholds or Thresholds()
+        self.sampler = Sampler(source, sampler_config)
+        self.interval_ns = self.sampler.config.interval_ns
+        self.slow = SlowPoller(slow_sources, slow_interval_seconds) if slow_sources else None
+        self.listeners: list[BurstListener] = []
+        self._ports = [self._new_port(spec) for spec in source.ports]
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._reader: RingReader | None = None
+        self._ring: Ring | None = None
+        self._now_ns = 0
+        self._lateness = np.zeros(len(TIMING_BUCKETS_SECONDS) + 1, dtype=np.int64)
+        self._lateness_sum = 0.0
+        self._reads = np.zeros(len(TIMING_BUCKETS_SECONDS) + 1, dtype=np.int64)
+        self._read_sum = 0.0
+
+    def _new_port(self, spec: PortSpec) -> _PortState:
+        analyzers = {
+            direction: DirectionAnalyzer(
+                spec.line_rate_bytes_per_second,
+                self.thresholds,
+                self.interval_ns,
+                keep_bursts=False,
+                saturated_second_retention=120,
+            )
+            for direction in DIRECTIONS
+        }
+        state = _PortState(spec, analyzers)
+        state.live = {direction: LiveDirection() for direction in DIRECTIONS}
+        state.latest = dict.fromkeys(DIRECTIONS, 0)
+        return state
+
+    def start(self) -> None:
+        """Start sampling; raises SamplerError if the sampler process cannot start."""
+        self._ring = self.sampler.start()
+        self._reader = RingReader(self._ring, self.source.ports)
+        if self.slow is not None:
+            self.slow.start()
+        self._thread = threading.Thread(target=self._run, name="burstscope-pipeline", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(DRAIN_SECONDS):
+            try:
+                self.drain()
+            except Exception:  # keep serving; the failure shows in the log and health
+                _LOG.exception("pipeline drain failed")
+
+    def drain(self) -> None:
+        """Move whatever the sampler wrote since the last drain through the detectors."""
+        assert self._reader is not None
+        reader = self._reader
+        with self._lock:
+            missing_before = list(reader.missing_by_port)
+            columns, lateness, read_ns = reader.poll_with_timing()
+            closed: list[tuple[PortSpec, str, Bursts]] = []
+            for index, (state, port) in enumerate(zip(self._ports, columns, strict=True)):
+                state.failed_reads += reader.missing_by_port[index] - missing_before[index]
+                if not port.timestamp_ns.size:
+                    continue
+                self._now_ns = max(self._now_ns, int(port.timestamp_ns[-1]))
+                for direction, values in (
+                    ("transmit", port.xmit_bytes),
+                    ("receive", port.rcv_bytes),
+                ):
+                    chunk = state.analyzers[direction].feed(
+                        port.timestamp_ns, values, port.rebaseline
+                    )
+                    state.live[direction].update(chunk)
+                    state.latest[direction] = int(values[-1])
+                    if len(chunk.bursts):
+                        closed.append((state.spec, direction, chunk.bursts))
+            if lateness.size:
+                seconds = lateness / 1e9
+                self._lateness += cumulative_counts(seconds, TIMING_BUCKETS_SECONDS)
+                self._lateness_sum += float(seconds.sum())
+            if read_ns.size:
+                seconds = read_ns / 1e9
+                self._reads += cumulative_counts(seconds, TIMING_BUCKETS_SECONDS)
+                self._read_sum += float(seconds.sum())
+        for spec, direction, bursts in closed:
+            for listener in self.listeners:
+                listener(spec, direction, bursts)
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            ports = tuple(self._view(state) for state in self._ports)
+            ring = self._ring
+            health = Health(
+                ticks=ring.get(Field.TICKS) if ring else 0,
+                missed_ticks=ring.get(Field.MISSED_TICKS) if ring else 0,
+                lost_rows=self._reader.lost_rows if self._reader else 0,
+                realtime=bool(ring.get(Field.REALTIME)) if ring else False,
+                cpu=ring.get(Field.CPU) if ring else -1,
+                interval_ns=self.interval_ns,
+                sampler_alive=self.sampler.alive,
+                lateness_buckets=self._lateness.copy(),
+                lateness_sum_seconds=self._lateness_sum,
+                read_buckets=self._reads.copy(),
+                read_sum_seconds=self._read_sum,
+                heartbeat_ns=ring.get(Field.HEARTBEAT_NS) if ring else 0,
+            )
+            now = self._now_ns
+        slow = self.slow.snapshot() if self.slow is not None else None
+        return Snapshot(self.source.name, now, ports, health, slow, self.thresholds)
+
+    def _view(self, state: _PortState) -> PortView:
+        directions = {}
+        for direction in DIRECTIONS:
+            analyzer = state.analyzers[direction]
+            live = state.live[direction]
+            directions[direction] = DirectionView(
+                bytes_total=state.latest[direction],
+                live=LiveDirection(
+                    samples=live.samples,
+                    utilization_sum=live.utilization_sum,
+                    utilization_buckets=live.utilization_buckets.copy(),
+                    bursts=live.bursts,
+                    burst_bytes=live.burst_bytes,
+                    burst_seconds_sum=live.burst_seconds_sum,
+                    burst_duration_buckets=live.burst_duration_buckets.copy(),
+                    latest_ns=live.latest_ns,
+                    latest_utilization=live.latest_utilization,
+                    slots=live.slots.copy(),
+                    seconds=live.seconds.copy(),
+                ),
+                saturated_seconds=analyzer.saturated_ns / 1e9,
+                hidden_saturated_seconds=analyzer.hidden_saturated_ns / 1e9,
+                resets=analyzer.resets,
+            )
+        return PortView(state.spec, directions, state.failed_reads)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+        if self.slow is not None:
+            with contextlib.suppress(Exception):
+                self.slow.stop()
+        self.sampler.stop()
+        if self._reader is not None:
+            with contextlib.suppress(Exception):
+                self.drain()
+
+    def close(self) -> None:
+        self.stop()
+        self.sampler.close()
+
+
+def wait_for_first_sample(pipeline: Pipeline, timeout: float = 10.0) -> bool:
+    """True once the sampler has ticked at least once (systemd READY, tests)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pipeline.snapshot().health.ticks > 0:
+            return True
+        time.sleep(0.01)
+    return False

@@ -1,0 +1,137 @@
+"""Running figures of one port direction for live consumers: the exporter and the terminal view.
+
+Fed the analyzer's chunks, it keeps what a scrape or a screen refresh asks for without
+recomputation: cumulative histogram buckets (never reset, so several Prometheus servers
+scraping at different intervals all see consistent counters), trailing peaks and means
+over fixed windows, and a short history for sparklines. Memory is bounded: a few hundred
+slots whatever the run length. "Now" is always a timestamp passed in, never a clock read.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from detectors.analyzer import Chunk
+
+# Dense near 1, so "what share of milliseconds were >= 90%" is a bucket ratio that sums
+# across ports and nodes (1 - le=0.9 / +Inf).
+UTILIZATION_BUCKETS = (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
+# Few buckets on purpose: the exporter keeps every port under 60 series.
+BURST_DURATION_BUCKETS_SECONDS = (0.005, 0.05, 0.5)
+SLOT_NS = 100_000_000  # trailing peaks are resolved to 100 ms slots
+HISTORY_NS = 60_000_000_000
+_MEAN_SCALE = "1"  # trailing means come from closed 1-second windows
+
+
+def cumulative_counts(
+    values: npt.NDArray[np.float64], bounds: tuple[float, ...]
+) -> npt.NDArray[np.int64]:
+    """Per "le" bound (plus +Inf last): how many values are <= it, Prometheus style."""
+    index = np.searchsorted(np.asarray(bounds), values, side="left")
+    counts = np.bincount(index, minlength=len(bounds) + 1)
+    return np.cumsum(counts).astype(np.int64)
+
+
+@dataclass(slots=True)
+class LiveDirection:
+    """Everything live about one (port, direction); update() with each analyzer Chunk."""
+
+    samples: int = 0
+    utilization_sum: float = 0.0
+    utilization_buckets: npt.NDArray[np.int64] = field(
+        default_factory=lambda: np.zeros(len(UTILIZATION_BUCKETS) + 1, dtype=np.int64)
+    )
+    bursts: int = 0
+    burst_bytes: int = 0
+    burst_seconds_sum: float = 0.0
+    burst_duration_buckets: npt.NDArray[np.int64] = field(
+        default_factory=lambda: np.zeros(len(BURST_DURATION_BUCKETS_SECONDS) + 1, dtype=np.int64)
+    )
+    latest_ns: int | None = None
+    latest_utilization: float | None = None
+    # (slot start ns, max utilization in the slot) for the last HISTORY_NS.
+    slots: deque[tuple[int, float]] = field(default_factory=deque)
+    # (window end ns, utilization, covered ns) of closed 1-second windows.
+    seconds: deque[tuple[int, float, int]] = field(default_factory=deque)
+
+    def update(self, chunk: Chunk) -> None:
+        valid = chunk.valid
+        utilization = chunk.utilization[valid]
+        if utilization.size:
+            self.samples += int(utilization.size)
+            self.utilization_sum += float(utilization.sum())
+            self.utilization_buckets += cumulative_counts(utilization, UTILIZATION_BUCKETS)
+            self.latest_utilization = float(utilization[-1])
+            self._add_slots(chunk.timestamp_ns[valid], utilization)
+        if chunk.timestamp_ns.size:
+            self.latest_ns = int(chunk.timestamp_ns[-1])
+        bursts = chunk.bursts
+        if len(bursts):
+            seconds = bursts.duration_ns / 1e9
+            self.bursts += len(bursts)
+            self.burst_bytes += int(bursts.bytes.sum())
+            self.burst_seconds_sum += float(seconds.sum())
+            self.burst_duration_buckets += cumulative_counts(
+                seconds, BURST_DURATION_BUCKETS_SECONDS
+            )
+        closed = chunk.windows.get(_MEAN_SCALE)
+        if closed is not None:
+            for end, value, covered in zip(
+                closed.end_ns.tolist(),
+                closed.utilization.tolist(),
+                closed.covered_ns.tolist(),
+                strict=True,
+            ):
+                self.seconds.append((end, value, covered))
+        self._expire()
+
+    def _add_slots(
+        self, timestamps: npt.NDArray[np.int64], utilization: npt.NDArray[np.float64]
+    ) -> None:
+        slot = timestamps // SLOT_NS
+        starts = np.flatnonzero(np.diff(slot, prepend=slot[0] - 1))
+        maxima = np.maximum.reduceat(utilization, starts)
+        for index, peak in zip(slot[starts].tolist(), maxima.tolist(), strict=True):
+            start = index * SLOT_NS
+            if self.slots and self.slots[-1][0] == start:
+                self.slots[-1] = (start, max(self.slots[-1][1], peak))
+            else:
+                self.slots.append((start, peak))
+
+    def _expire(self) -> None:
+        if self.latest_ns is None:
+            return
+        horizon = self.latest_ns - HISTORY_NS
+        while self.slots and self.slots[0][0] + SLOT_NS <= horizon:
+            self.slots.popleft()
+        while self.seconds and self.seconds[0][0] <= horizon:
+            self.seconds.popleft()
+
+    def peak(self, window_ns: int, now_ns: int) -> float | None:
+        """Highest sample utilization whose 100 ms slot overlaps (now - window, now]."""
+        values = [peak for start, peak in self.slots if start + SLOT_NS > now_ns - window_ns]
+        return max(values) if values else None
+
+    def mean(self, window_ns: int, now_ns: int) -> float | None:
+        """Time-weighted mean over the closed 1 s windows ending in (now - window, now]."""
+        covered = 0
+        weighted = 0.0
+        for end, value, window_covered in self.seconds:
+            if end > now_ns - window_ns:
+                covered += window_covered
+                weighted += value * window_covered
+        return weighted / covered if covered else None
+
+    def history(self, seconds: int, now_ns: int) -> list[float]:
+        """Per-second peaks for the last ``seconds`` seconds, oldest first (0 where quiet)."""
+        first = now_ns // 1_000_000_000 - seconds + 1
+        out = [0.0] * seconds
+        for start, peak in self.slots:
+            index = start // 1_000_000_000 - first
+            if 0 <= index < seconds:
+                out[index] = max(out[index], peak)
+        return out
