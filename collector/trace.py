@@ -10,6 +10,7 @@ piece stays readable.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,13 +249,26 @@ def _csv_batches(file: Path, block_bytes: int) -> Iterator[pa.RecordBatch]:
 
     with file.open("rb") as handle:
         header = handle.readline().decode("utf-8", errors="replace").strip()
-    _check_columns(file, [name.strip() for name in header.split(",")])
-    reader = pacsv.open_csv(
-        file,
-        read_options=pacsv.ReadOptions(block_size=block_bytes),
-        convert_options=pacsv.ConvertOptions(column_types=_CSV_TYPES),
-    )
-    yield from reader
+    names = [name.strip() for name in header.split(",")]
+    _check_columns(file, names)
+    try:
+        reader = pacsv.open_csv(
+            file,
+            read_options=pacsv.ReadOptions(block_size=block_bytes),
+            convert_options=pacsv.ConvertOptions(column_types=_CSV_TYPES),
+        )
+        yield from reader
+    except pa.ArrowInvalid as exc:
+        # pyarrow numbers columns ("In CSV column #0: ..."); name them instead.
+        reason = str(exc).strip().splitlines()[0]
+        reason = re.sub(
+            r"In CSV column #(\d+)",
+            lambda m: (
+                f"column {names[int(m.group(1))]!r}" if int(m.group(1)) < len(names) else m.group(0)
+            ),
+            reason,
+        )
+        raise TraceError(f"{str(file)!r}: {reason}") from None
 
 
 def _split_ports(

@@ -127,7 +127,7 @@ def test_counter_reset_is_left_out_without_a_spike() -> None:
 def test_reset_inside_a_burst_splits_it() -> None:
     stamps, counter = steady(1.0, 100)
     counter[50:] -= counter[50] - np.uint64(0)
-    summary, bursts = analyze(stamps, counter, RATE)
+    _summary, bursts = analyze(stamps, counter, RATE)
     assert len(bursts) == 2
     assert bursts.end_ns[0] == START + 49 * MS and bursts.start_ns[1] == START + 50 * MS
 

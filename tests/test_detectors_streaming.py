@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -66,7 +68,7 @@ def test_any_chunking_gives_the_batch_result(
     closed = []
     utilization = []
     edges = [0, *cuts, stamps.size]
-    for low, high in zip(edges, edges[1:], strict=False):
+    for low, high in itertools.pairwise(edges):
         chunk = analyzer.feed(stamps[low:high], counter[low:high], rebaseline[low:high])
         closed.append(chunk.bursts)
         utilization.append(chunk.utilization)

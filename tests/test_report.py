@@ -1,0 +1,194 @@
+"""``burstscope report`` end to end: goldens for Parquet and CSV, the table, the plot, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from burstscope.cli import main
+from tests.conftest import compare_golden
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path("tests/fixtures/report")  # relative: the golden names sources as given
+HEADER = "timestamp_ns,device,port,xmit_bytes,rcv_bytes"
+
+
+@pytest.fixture(autouse=True)
+def in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+
+
+def report(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    status = main(["report", *args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_parquet_trace_matches_golden(
+    capsys: pytest.CaptureFixture[str], update_golden: bool
+) -> None:
+    status, out, err = report(capsys, str(FIXTURES / "trace"), "--json")
+    assert status == 0, err
+    compare_golden(REPO / FIXTURES / "trace.golden.json", out, update_golden)
+    document = json.loads(out)
+    by_port = {(p["device"], p["direction"]): p for p in document["ports"]}
+    transmit = by_port[("mlx5_0", "transmit")]
+    assert list(transmit["scales"]) == ["0.001", "0.01", "0.1", "1", "15"]
+    assert transmit["scales"]["0.001"]["max"] == 1.0
+    assert transmit["scales"]["15"]["max"] < 0.25
+    assert transmit["hidden"]["saturated_seconds_in_quiet_windows"] > 1.0
+    assert transmit["bursts"]["duration_seconds"]["p50"] == pytest.approx(0.04, rel=0.03)
+    assert "saturated inside windows that look under 25%" in transmit["verdict"]
+    # The reset at 7 s is a warning, and the numbers around it stay right.
+    reset = by_port[("mlx5_1", "receive")]
+    assert reset["resets"] == 1 and "1 counter reset" in reset["warnings"][0]
+    assert reset["scales"]["0.001"]["max"] <= 1.0
+    assert reset["mean_utilization"] == pytest.approx(0.98, abs=0.002)
+    assert "saturated throughout" in reset["verdict"]
+    assert by_port[("mlx5_0", "receive")]["verdict"].endswith("quiet, no 1-ms sample above 50%")
+    assert by_port[("mlx5_0", "transmit")]["gaps"] == 1
+    synchrony = {s["direction"]: s for s in document["synchrony"]}
+    assert synchrony["transmit"]["node"] > 0.9
+
+
+def test_csv_matches_golden(capsys: pytest.CaptureFixture[str], update_golden: bool) -> None:
+    status, out, err = report(capsys, str(FIXTURES / "small.csv"), "--json", "--line-rate", "100")
+    assert status == 0, err
+    compare_golden(REPO / FIXTURES / "small.golden.json", out, update_golden)
+    ports = json.loads(out)["ports"]
+    assert {p["line_rate_bytes_per_second"] for p in ports} == {12_500_000_000}
+
+
+def test_table(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = report(capsys, str(FIXTURES / "trace"))
+    assert status == 0
+    assert "15-s mean" in out and "1-ms p99" in out
+    assert "mlx5_0/1 tx: 15-s average 5.9%, 1-ms peak 100%: 1.2 s saturated" in out
+    assert "warning: 1 counter reset" in out and "rail synchrony (transmit" in out
+
+
+def test_plot_writes_a_png(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    target = tmp_path / "report.png"
+    status, _, err = report(capsys, str(FIXTURES / "trace"), "--json", "--plot", str(target))
+    assert status == 0, err
+    data = target.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000
+
+
+def test_single_parquet_piece_is_a_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    piece = FIXTURES / "trace" / "part-000000.parquet"
+    status, out, err = report(capsys, str(piece), "--json")
+    assert status == 0, err
+    assert json.loads(out)["ports"][0]["duration_seconds"] < 12
+
+
+def bad(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+ROW = "1700000000000000000,mlx5_0,1,100,200"
+ROW2 = "1700000000001000000,mlx5_0,1,1100,1200"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "extra", "problem"),
+    [
+        ("unknown.csv", f"{HEADER},colour\n{ROW},red\n", [], "unknown column 'colour'"),
+        (
+            "missing.csv",
+            "timestamp_ns,device,port,xmit_bytes\n1,mlx5_0,1,5\n",
+            [],
+            "missing column 'rcv_bytes'",
+        ),
+        (
+            "backwards.csv",
+            f"{HEADER}\n{ROW2}\n{ROW}\n",
+            ["--line-rate", "100"],
+            "timestamps go backwards for mlx5_0 port 1",
+        ),
+        (
+            "norate.csv",
+            f"{HEADER}\n{ROW}\n{ROW2}\n",
+            [],
+            "no line_rate_bytes_per_second column; pass --line-rate",
+        ),
+        (
+            "zerorate.csv",
+            f"{HEADER},line_rate_bytes_per_second\n{ROW},0\n{ROW2},0\n",
+            [],
+            "line rate unknown (0) for mlx5_0 port 1",
+        ),
+        ("empty.csv", "", [], "empty file"),
+        ("header.csv", f"{HEADER}\n", ["--line-rate", "100"], "no samples"),
+        (
+            "truncated.csv",
+            f"{HEADER}\n{ROW}\n{ROW2}\n1700000000002000000,mlx5_0,1,21",
+            ["--line-rate", "100"],
+            "Expected 5 columns, got 4",
+        ),
+        (
+            "words.csv",
+            f"{HEADER}\n{ROW}\nsoon,mlx5_0,1,5,5\n",
+            ["--line-rate", "100"],
+            "timestamp_ns",
+        ),
+        ("one.csv", f"{HEADER}\n{ROW}\n", ["--line-rate", "100"], "needs at least two samples"),
+    ],
+)
+def test_bad_csv_is_one_line_and_status_2(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    name: str,
+    text: str,
+    extra: list[str],
+    problem: str,
+) -> None:
+    path = bad(tmp_path, name, text)
+    status, _out, err = report(capsys, str(path), *extra)
+    assert status == 2
+    assert err.count("\n") == 1, err
+    assert err.startswith("burstscope report: error: ") and str(path) in err
+    assert problem in err
+
+
+def test_bad_paths(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    status, _, err = report(capsys, str(tmp_path / "nothing"))
+    assert status == 2 and "no such file or directory" in err and err.count("\n") == 1
+    status, _, err = report(capsys, str(tmp_path))
+    assert status == 2 and "holds no part-*.parquet pieces" in err
+    status, _, err = report(capsys, str(FIXTURES / "small.csv"), "--line-rate", "-3")
+    assert status == 2 and "--line-rate must be positive" in err
+
+
+def test_truncated_parquet_piece(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    shutil.copytree(REPO / FIXTURES / "trace", trace)
+    piece = trace / "part-000001.parquet"
+    piece.write_bytes(piece.read_bytes()[: piece.stat().st_size // 2])
+    status, _, err = report(capsys, str(trace))
+    assert status == 2 and err.count("\n") == 1
+    assert "part-000001.parquet" in err and "not a readable Parquet file" in err
+
+
+def test_subprocess_bad_input_has_no_traceback(tmp_path: Path) -> None:
+    path = bad(tmp_path, "unknown.csv", f"{HEADER},colour\n{ROW},red\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "burstscope", "report", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"burstscope report: error: {str(path)!r}: unknown column 'colour' (expected "
+        "timestamp_ns, device, port, xmit_bytes, rcv_bytes, line_rate_bytes_per_second, "
+        "rebaseline, read_ns)\n"
+    )
