@@ -1,0 +1,177 @@
+"""The simulated node's ports and the training profiles that drive them, as plain parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# 400 Gb/s NDR rails and a 200 Gb/s HDR storage port. Integer bytes per nanosecond, so
+# line rate x any integer interval is an exact integer and the cap can be tested exactly.
+TRAINING_BYTES_PER_NS = 50
+STORAGE_BYTES_PER_NS = 25
+TRAINING_PORTS = 8
+STORAGE_PORT_INDEX = TRAINING_PORTS
+
+# Every burst lasts at least this long and every gap between bursts on one channel at
+# least MIN_GAP_NS: a 1 ms sampler then sees each burst in at least one whole sample and
+# each gap in at least two, so the schedule is resolvable ground truth at 1 ms.
+MIN_BURST_NS = 3_000_000
+MIN_GAP_NS = 3_000_000
+MS = 1_000_000
+SECOND = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SimPort:
+    """One simulated port: an mlx5 RoCE function with one port."""
+
+    device: str
+    port: int
+    bytes_per_ns: int
+    rate_text: str  # the kernel's ``rate`` file
+
+    @property
+    def line_rate_bytes_per_second(self) -> int:
+        return self.bytes_per_ns * SECOND
+
+
+PORTS: tuple[SimPort, ...] = (
+    *(
+        SimPort(f"mlx5_{i}", 1, TRAINING_BYTES_PER_NS, "400 Gb/sec (4X NDR)")
+        for i in range(TRAINING_PORTS)
+    ),
+    SimPort(f"mlx5_{STORAGE_PORT_INDEX}", 1, STORAGE_BYTES_PER_NS, "200 Gb/sec (4X HDR)"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobShape:
+    """One training job's iteration, as seen from one pipeline stage of one node.
+
+    Sizes are bytes per rail; rates are fractions of line rate the software asks for
+    (above 1.0 the NIC is the bottleneck and the message queues); times are nanoseconds.
+    """
+
+    micro_batches: int  # 1F1B: this many forwards and backwards per iteration
+    warmup: int  # forwards before the first backward (stages downstream of this one)
+    layers: int  # transformer layers on this stage
+    moe: bool  # expert-parallel all-to-all (dispatch and combine) per layer
+    attention_ns: int  # forward attention + dense compute per layer; backward is 2x
+    expert_ns: int  # forward expert compute per layer (MoE only)
+    all_to_all_bytes: float
+    all_to_all_rate: tuple[float, float]
+    imbalance: float  # lognormal sigma of per-rail all-to-all bytes (expert routing skew)
+    pipeline_bytes: float  # activations (forward) or their gradients (backward) per micro-batch
+    pipeline_rate: tuple[float, float]
+    gradient_bytes: float  # ZeRO-2 reduce-scatter, and the all-gather of the updated shard
+    gradient_buckets: int  # reduce-scatter buckets, issued faster than the wire drains them
+    bucket_spacing_ns: int
+    collective_rate: tuple[float, float]
+    optimizer_ns: int
+    bubble_ns: int  # pipeline fill and drain on this stage
+    load_bytes: float  # data loader read on the storage port per iteration
+    checkpoint_bytes: float  # synchronous checkpoint write on the storage port
+    checkpoint_every_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A named workload: one job shape forever, or a mix of jobs with idle stretches."""
+
+    name: str
+    jobs: tuple[tuple[float, JobShape], ...]  # (weight, shape)
+    job_ns: tuple[int, int] | None = None  # None: one job that never ends
+    idle_ns: tuple[int, int] = (0, 0)
+    trickle: float = 2e-4  # background traffic between bursts, fraction of line rate
+
+
+MOE = JobShape(
+    micro_batches=8,
+    warmup=3,
+    layers=4,
+    moe=True,
+    attention_ns=6 * MS,
+    expert_ns=5 * MS,
+    all_to_all_bytes=180e6,
+    all_to_all_rate=(0.82, 1.08),
+    imbalance=0.12,
+    pipeline_bytes=150e6,
+    pipeline_rate=(0.7, 1.0),
+    gradient_bytes=2.0e9,
+    gradient_buckets=4,
+    bucket_spacing_ns=8 * MS,
+    collective_rate=(0.93, 1.1),
+    optimizer_ns=30 * MS,
+    bubble_ns=60 * MS,
+    load_bytes=200e6,
+    checkpoint_bytes=40e9,
+    checkpoint_every_ns=90 * SECOND,
+)
+
+DENSE = JobShape(
+    micro_batches=8,
+    warmup=3,
+    layers=6,
+    moe=False,
+    attention_ns=9 * MS,
+    expert_ns=0,
+    all_to_all_bytes=0.0,
+    all_to_all_rate=(1.0, 1.0),
+    imbalance=0.0,
+    pipeline_bytes=200e6,
+    pipeline_rate=(0.7, 1.0),
+    gradient_bytes=4.0e9,
+    gradient_buckets=6,
+    bucket_spacing_ns=10 * MS,
+    collective_rate=(0.93, 1.1),
+    optimizer_ns=40 * MS,
+    bubble_ns=80 * MS,
+    load_bytes=150e6,
+    checkpoint_bytes=60e9,
+    checkpoint_every_ns=120 * SECOND,
+)
+
+# The jobs of a shared cluster that leave the fabric idle most of the time: small
+# data-parallel jobs with long compute, so even while they run the 15 s average stays low.
+LIGHT = JobShape(
+    micro_batches=4,
+    warmup=1,
+    layers=8,
+    moe=False,
+    attention_ns=40 * MS,
+    expert_ns=0,
+    all_to_all_bytes=0.0,
+    all_to_all_rate=(1.0, 1.0),
+    imbalance=0.0,
+    pipeline_bytes=150e6,
+    pipeline_rate=(0.7, 1.0),
+    gradient_bytes=1.5e9,
+    gradient_buckets=3,
+    bucket_spacing_ns=10 * MS,
+    collective_rate=(0.93, 1.1),
+    optimizer_ns=60 * MS,
+    bubble_ns=200 * MS,
+    load_bytes=100e6,
+    checkpoint_bytes=20e9,
+    checkpoint_every_ns=300 * SECOND,
+)
+
+PROFILES: dict[str, Profile] = {
+    "moe": Profile("moe", ((1.0, MOE),)),
+    "dense": Profile("dense", ((1.0, DENSE),)),
+    "idle-heavy": Profile(
+        "idle-heavy",
+        ((0.85, LIGHT), (0.15, MOE)),
+        job_ns=(60 * SECOND, 180 * SECOND),
+        idle_ns=(150 * SECOND, 600 * SECOND),
+    ),
+}
+DEFAULT_PROFILE = "moe"
+
+
+def profile_named(name: str) -> Profile:
+    """The profile called ``name``; ValueError listing the known ones otherwise."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        known = ", ".join(PROFILES)
+        raise ValueError(f"unknown profile {name!r} (known: {known})") from None

@@ -1,0 +1,234 @@
+"""One training iteration as on-wire items per channel: the 1F1B chain, then the NIC queue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from collector.simulation.profiles import (
+    MIN_BURST_NS,
+    MIN_GAP_NS,
+    PORTS,
+    STORAGE_PORT_INDEX,
+    TRAINING_PORTS,
+    JobShape,
+)
+
+Int64Array = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+XMIT = 0
+RCV = 1
+CHANNELS = 2 * len(PORTS)  # channel = 2 * port index + direction
+
+# Which directions an event loads on the training rails.
+_SEND, _RECEIVE, _BOTH = 1, 2, 3
+# Rails are not perfectly in step: a per-iteration offset per rail and a per-message jitter.
+_RAIL_SKEW_NS = 150_000
+_MESSAGE_JITTER_NS = 30_000
+# The receive side of a symmetric collective starts a little after the send side.
+_RECEIVE_LAG_NS = (2_000, 20_000)
+
+
+@dataclass(frozen=True, slots=True)
+class WireItems:
+    """What one channel put on the wire: [start, end) at a constant rate in bytes/ns."""
+
+    start_ns: Int64Array
+    end_ns: Int64Array
+    bytes_per_ns: FloatArray
+
+
+@dataclass(frozen=True, slots=True)
+class IterationPlan:
+    end_ns: int
+    channels: tuple[WireItems, ...]  # CHANNELS entries
+
+
+def empty_items() -> WireItems:
+    return WireItems(
+        np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+    )
+
+
+class _Chain:
+    """The node's program order: each event is issued a compute gap after the chain may go on."""
+
+    def __init__(self) -> None:
+        self.gap: list[int] = []
+        self.wait: list[int] = []  # how long the chain waits after issuing (0: asynchronous)
+        self.directions: list[int] = []
+        self.size: list[float] = []
+        self.rate_low: list[float] = []
+        self.rate_high: list[float] = []
+        self.spread: list[float] = []  # lognormal sigma of per-rail bytes
+
+    def add(
+        self,
+        gap: int,
+        directions: int,
+        size: float,
+        rate: tuple[float, float],
+        spread: float = 0.01,
+        blocking: bool = True,
+        wait: int | None = None,
+    ) -> None:
+        self.gap.append(max(gap, MIN_GAP_NS))
+        expected = int(size / (PORTS[0].bytes_per_ns * min(sum(rate) / 2, 1.0)))
+        self.wait.append((expected if wait is None else wait) if blocking else 0)
+        self.directions.append(directions)
+        self.size.append(size)
+        self.rate_low.append(rate[0])
+        self.rate_high.append(rate[1])
+        self.spread.append(spread)
+
+
+def _one_f_one_b(shape: JobShape) -> list[bool]:
+    """True for a forward, False for a backward, in 1F1B order on this stage."""
+    warmup = min(shape.warmup, shape.micro_batches)
+    steady = shape.micro_batches - warmup
+    return [True] * warmup + [True, False] * steady + [False] * warmup
+
+
+def _chain_for(shape: JobShape) -> _Chain:
+    chain = _Chain()
+    gap = shape.bubble_ns
+    for forward in _one_f_one_b(shape):
+        scale = 1 if forward else 2
+        # Activations (forward) or their gradients (backward) arrive from the neighbour stage.
+        chain.add(gap, _RECEIVE, shape.pipeline_bytes, shape.pipeline_rate)
+        compute = 0
+        for _ in range(shape.layers):
+            compute += shape.attention_ns * scale
+            if shape.moe:
+                rate = shape.all_to_all_rate
+                chain.add(compute, _BOTH, shape.all_to_all_bytes, rate, shape.imbalance)
+                chain.add(
+                    shape.expert_ns * scale, _BOTH, shape.all_to_all_bytes, rate, shape.imbalance
+                )
+                compute = 0
+        # The send to the other neighbour is asynchronous (isend): compute goes on.
+        chain.add(compute, _SEND, shape.pipeline_bytes, shape.pipeline_rate, blocking=False)
+        gap = MIN_GAP_NS
+    # ZeRO-2: gradient buckets are reduce-scattered as backward finishes them, faster than
+    # the wire drains them, so they queue into one long burst; the optimizer waits for all.
+    buckets = shape.gradient_buckets
+    bucket = shape.gradient_bytes / buckets
+    drain = int(shape.gradient_bytes / PORTS[0].bytes_per_ns)
+    for index in range(buckets):
+        last = index == buckets - 1
+        wait = max(drain - (buckets - 1) * shape.bucket_spacing_ns, 0)
+        chain.add(
+            shape.bucket_spacing_ns if index else MIN_GAP_NS,
+            _BOTH,
+            bucket,
+            shape.collective_rate,
+            blocking=last,
+            wait=wait,
+        )
+    chain.add(shape.optimizer_ns, _BOTH, shape.gradient_bytes, shape.collective_rate)
+    return chain
+
+
+def fifo(arrival: Int64Array, duration: Int64Array) -> tuple[Int64Array, Int64Array]:
+    """Start and end of each message on a FIFO wire, one wire per row (Lindley's recursion).
+
+    end[i] = max(arrival[i], end[i-1]) + duration[i] = D[i] + max_{j<=i}(arrival[j] - D[j-1])
+    with D the running sum of durations. A gap shorter than MIN_GAP_NS that the queue
+    leaves is widened to MIN_GAP_NS (the host posted a little late): every gap on the wire
+    is then either zero (queued back to back) or resolvable by a 1 ms sampler.
+    """
+    arrival = arrival.copy()
+    total = np.cumsum(duration, axis=-1)
+    before = total - duration
+    while True:
+        end = total + np.maximum.accumulate(arrival - before, axis=-1)
+        start = end - duration
+        gaps = start[..., 1:] - end[..., :-1]
+        short = (gaps > 0) & (gaps < MIN_GAP_NS)
+        if not short.any():
+            return start, end
+        # Fix the first short gap of each row; later ones move with it, so look again.
+        rows = np.nonzero(short.any(axis=-1))[0]
+        first = np.argmax(short[rows], axis=-1)
+        arrival[rows, first + 1] = end[rows, first] + MIN_GAP_NS
+
+
+def _rates(
+    low: FloatArray, high: FloatArray, shape: tuple[int, ...], rng: np.random.Generator
+) -> FloatArray:
+    # Demand above line rate is capped: the NIC sends at line rate and the message lasts longer.
+    demand: FloatArray = low + (high - low) * rng.random(shape)
+    return np.minimum(demand, 1.0)
+
+
+def _durations(size: FloatArray, rate: FloatArray) -> Int64Array:
+    duration = np.ceil(size / rate).astype(np.int64)
+    return np.maximum(duration, MIN_BURST_NS)
+
+
+def plan_iteration(
+    shape: JobShape, rng: np.random.Generator, start_ns: int, checkpoint: bool
+) -> IterationPlan:
+    """The wire items of one iteration starting at ``start_ns`` on every channel."""
+    chain = _chain_for(shape)
+    gap = np.asarray(chain.gap, dtype=np.int64)
+    wait = np.asarray(chain.wait, dtype=np.int64)
+    # issue[i] = issue[i-1] + wait[i-1] + gap[i]
+    issue = start_ns + np.cumsum(gap + np.concatenate(([0], wait[:-1])))
+    chain_end = int(issue[-1] + wait[-1])
+    directions = np.asarray(chain.directions)
+    size = np.asarray(chain.size)
+    low, high = np.asarray(chain.rate_low), np.asarray(chain.rate_high)
+    spread = np.asarray(chain.spread)
+    rail_offset = rng.integers(0, _RAIL_SKEW_NS, size=(TRAINING_PORTS, 1))
+    line = float(PORTS[0].bytes_per_ns)
+
+    channels: list[WireItems] = []
+    per_direction: list[WireItems] = []
+    for direction, mask in ((XMIT, _SEND), (RCV, _RECEIVE)):
+        chosen = (directions & mask) != 0
+        count = int(chosen.sum())
+        shape2 = (TRAINING_PORTS, count)
+        arrival = issue[chosen] + rail_offset + rng.integers(0, _MESSAGE_JITTER_NS, size=shape2)
+        if direction == RCV:
+            arrival += rng.integers(*_RECEIVE_LAG_NS, size=shape2)
+        nbytes = size[chosen] * rng.lognormal(0.0, spread[chosen], size=shape2)
+        rate = _rates(low[chosen], high[chosen], shape2, rng) * line
+        duration = _durations(nbytes, rate)
+        start, end = fifo(arrival.astype(np.int64), duration)
+        per_direction.extend(WireItems(start[r], end[r], rate[r]) for r in range(TRAINING_PORTS))
+    # per_direction holds all xmit rails then all rcv rails; interleave into channel order.
+    for port in range(TRAINING_PORTS):
+        channels.append(per_direction[port])
+        channels.append(per_direction[TRAINING_PORTS + port])
+
+    # Storage: the data loader reads the iteration's samples at its start; a checkpoint is
+    # written synchronously at its end, so training stalls until the write drains.
+    storage_line = float(PORTS[STORAGE_PORT_INDEX].bytes_per_ns)
+    load_rate = float(_rates(np.array([0.7]), np.array([1.0]), (1,), rng)[0]) * storage_line
+    load_start = start_ns + MIN_GAP_NS + int(rng.integers(0, 500_000))
+    load_bytes = shape.load_bytes * float(rng.uniform(0.8, 1.2))
+    load_end = load_start + max(int(np.ceil(load_bytes / load_rate)), MIN_BURST_NS)
+    reads = WireItems(
+        np.array([load_start], dtype=np.int64),
+        np.array([load_end], dtype=np.int64),
+        np.array([load_rate]),
+    )
+    writes = empty_items()
+    finish = max(chain_end, *(int(c.end_ns[-1]) for c in channels if len(c.end_ns)), load_end)
+    if checkpoint:
+        write_rate = float(rng.uniform(0.85, 0.95)) * storage_line
+        write_start = finish + MIN_GAP_NS
+        write_bytes = shape.checkpoint_bytes * float(rng.uniform(0.95, 1.05))
+        write_end = write_start + int(np.ceil(write_bytes / write_rate))
+        writes = WireItems(
+            np.array([write_start], dtype=np.int64),
+            np.array([write_end], dtype=np.int64),
+            np.array([write_rate]),
+        )
+        finish = write_end
+    channels.extend((writes, reads))
+    return IterationPlan(finish + MIN_GAP_NS, tuple(channels))
