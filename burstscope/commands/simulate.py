@@ -1,0 +1,149 @@
+"""``burstscope simulate``: a simulated GPU node, as a fast trace or a live sysfs tree."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from burstscope.errors import UsageError
+from collector.sampler import parse_interval
+from collector.simulation.model import TrafficModel
+from collector.simulation.profiles import DEFAULT_PROFILE, PROFILES, profile_named
+from collector.simulation.sysfs_writer import SysfsWriter
+from collector.simulation.tracegen import FIXED_EPOCH_NS, simulate_trace
+from collector.trace import TraceError, TraceWriter, prepare_output
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "simulate",
+        help="simulate a GPU node's NICs: write a trace (-o) or a live sysfs tree (--sysfs)",
+    )
+    parser.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        help=f"traffic profile: {', '.join(PROFILES)} (default: {DEFAULT_PROFILE})",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument(
+        "--duration", type=float, metavar="SECONDS", help="simulated time (--sysfs: run time)"
+    )
+    parser.add_argument("-o", "--output", metavar="PATH", help="write a trace directory here")
+    parser.add_argument("--interval", default="1ms", help="sampling interval of the trace")
+    parser.add_argument(
+        "--start",
+        default="fixed",
+        metavar="WHEN",
+        help="wall clock of the trace's first sample: 'fixed' (2024-01-01T00:00:00Z, "
+        "reproducible), 'now', or seconds since the epoch",
+    )
+    parser.add_argument("--sysfs", metavar="DIR", help="write an emulated sysfs tree here")
+    parser.set_defaults(func=run)
+
+
+def _start_ns(text: str) -> int:
+    if text == "fixed":
+        return FIXED_EPOCH_NS
+    if text == "now":
+        return time.time_ns()
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise UsageError(
+            f"--start {text!r} is not 'fixed', 'now' or seconds since the epoch"
+        ) from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise UsageError(f"--start {text!r} must be a non-negative number of seconds")
+    return round(seconds * 1e9)
+
+
+def _validated(args: argparse.Namespace) -> TrafficModel:
+    try:
+        profile_named(args.profile)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
+        raise UsageError(f"--duration {args.duration:g} must be a positive number of seconds")
+    if (args.output is None) == (args.sysfs is None):
+        raise UsageError("give exactly one of -o PATH (a trace) or --sysfs DIR (a live tree)")
+    return TrafficModel(args.profile, args.seed)
+
+
+def run(args: argparse.Namespace) -> int:
+    model = _validated(args)
+    if args.sysfs is not None:
+        return _run_sysfs(args, model)
+    if args.duration is None:
+        raise UsageError("-o needs --duration SECONDS (how much traffic to simulate)")
+    try:
+        interval_ns = parse_interval(args.interval)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    start_ns = _start_ns(args.start)
+    path = Path(args.output)
+    try:
+        prepare_output(path)
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+    began = time.perf_counter()
+    try:
+        rows = simulate_trace(
+            model, TraceWriter(path), round(args.duration * 1e9), interval_ns, start_ns
+        )
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+    elapsed = time.perf_counter() - began
+    print(
+        f"simulated {args.duration:g} s of {args.profile} (seed {args.seed}) in {elapsed:.2f} s "
+        f"({args.duration / elapsed:.0f}x real time): {rows} rows in {path}"
+    )
+    return 0
+
+
+def _prepare_tree(root: Path) -> None:
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"--sysfs {str(root)!r} exists and is not a directory")
+    if root.is_dir() and any(root.iterdir()):
+        raise UsageError(f"--sysfs {str(root)!r} already exists and is not empty")
+    try:
+        root.mkdir(parents=False, exist_ok=True)
+        if not os.access(root, os.W_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise UsageError(f"cannot write --sysfs {str(root)!r}: {exc.strerror}") from None
+
+
+def _run_sysfs(args: argparse.Namespace, model: TrafficModel) -> int:
+    root = Path(args.sysfs)
+    _prepare_tree(root)
+    writer = SysfsWriter(root, model)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        writer.create()
+        print(
+            f"emulated sysfs under {root}: {len(model.ports)} ports of profile {args.profile}, "
+            f"data counters every 1 ms; read it with --sysfs-root {root}",
+            flush=True,
+        )
+        duration_ns = None if args.duration is None else round(args.duration * 1e9)
+        try:
+            missed = writer.run(duration_ns, stop=stop)
+        except KeyboardInterrupt:
+            missed = 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        writer.close()
+    print(f"stopped after {writer.updates} updates ({missed} ticks missed)")
+    return 0
