@@ -107,11 +107,12 @@ def run_loop(source: CounterSource, ring: Ring, interval_ns: int, spin_ns: int =
     sleep = time.sleep
     read_into = source.read_into
     write = ring.write
+    # Plain ints: numpy indexes with an int about three times faster than with an IntEnum.
     stop, ticks_field, heartbeat, missed_field = (
-        Field.STOP_REQUESTED,
-        Field.TICKS,
-        Field.HEARTBEAT_NS,
-        Field.MISSED_TICKS,
+        int(Field.STOP_REQUESTED),
+        int(Field.TICKS),
+        int(Field.HEARTBEAT_NS),
+        int(Field.MISSED_TICKS),
     )
     parent = os.getppid()
     ticks = 0
@@ -180,12 +181,19 @@ class Sampler:
     def __init__(self, source: CounterSource, config: SamplerConfig | None = None) -> None:
         self.source = source
         self.config = config or SamplerConfig()
-        self.ring = Ring.create(
-            len(source.ports), capacity_for(self.config.interval_ns, self.config.ring_seconds)
-        )
+        self._ring: Ring | None = None
         self._process: Any = None
 
+    @property
+    def ring(self) -> Ring:
+        assert self._ring is not None, "start() first"
+        return self._ring
+
     def start(self, timeout: float = 30.0) -> Ring:
+        # The shared memory exists only while started, so a failed start leaks nothing.
+        self._ring = Ring.create(
+            len(self.source.ports), capacity_for(self.config.interval_ns, self.config.ring_seconds)
+        )
         # spawn, not fork: the consumer may already run threads (HTTP, MQTT) when it starts us.
         context = multiprocessing.get_context("spawn")
         receiver, sender = context.Pipe(duplex=False)
@@ -215,7 +223,8 @@ class Sampler:
         return self._process is not None and bool(self._process.is_alive())
 
     def stop(self, timeout: float = 2.0) -> None:
-        self.ring.set(Field.STOP_REQUESTED, 1)
+        if self._ring is not None:
+            self._ring.set(Field.STOP_REQUESTED, 1)
         if self._process is None:
             return
         self._process.join(timeout)
@@ -226,7 +235,9 @@ class Sampler:
 
     def close(self) -> None:
         self.stop()
-        self.ring.close()
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
 
     def __enter__(self) -> Ring:
         return self.start()

@@ -1,0 +1,273 @@
+"""burstscope agent as a subprocess: serving, TLS, 404s, signals and every bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SYSFS
+from tests.test_cli_core import assert_usage_error, burstscope
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class RunningAgent:
+    def __init__(self, *args: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "burstscope",
+                "agent",
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def wait_ready(self, context: ssl.SSLContext | None = None, scheme: str = "http") -> str:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"agent exited: {self.process.stderr.read()}")  # type: ignore[union-attr]
+            try:
+                body = fetch(f"{scheme}://127.0.0.1:{self.port}/metrics", context)
+                if "burstscope_sampler_ticks_total" in body and metric(
+                    body, "burstscope_sampler_ticks_total "
+                ):
+                    return body
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(0.1)
+        raise AssertionError("agent did not serve metrics within 20 s")
+
+    def stop(self) -> tuple[int, float, str]:
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        _, stderr = self.process.communicate(timeout=10)
+        return self.process.returncode, time.monotonic() - started, stderr
+
+
+def fetch(url: str, context: ssl.SSLContext | None = None) -> str:
+    with urllib.request.urlopen(url, timeout=5, context=context) as response:
+        return str(response.read().decode())
+
+
+def metric(body: str, line_prefix: str) -> float:
+    for line in body.splitlines():
+        if line.startswith(line_prefix):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{line_prefix} not in exposition")
+
+
+@pytest.fixture
+def loopback_agent() -> Iterator[RunningAgent]:
+    agent = RunningAgent("--source", "netdev:lo", "--line-rate", "10")
+    yield agent
+    if agent.process.poll() is None:
+        agent.stop()
+
+
+def test_serves_metrics_never_resets_and_404s(loopback_agent: RunningAgent) -> None:
+    first = loopback_agent.wait_ready()
+    time.sleep(0.5)
+    second = fetch(loopback_agent.url + "/metrics")
+    ticks = "burstscope_sampler_ticks_total"
+    count = 'burstscope_port_utilization_ratio_count{device="lo",direction="transmit",port="1"}'
+    assert metric(second, ticks) > metric(first, ticks)
+    assert metric(second, count) > metric(first, count) >= 0
+    assert 'burstscope_port_line_rate_bytes_per_second{device="lo",port="1"} 1.25e+09' in first
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        fetch(loopback_agent.url + "/favicon.ico")
+    assert missing.value.code == 404
+    assert "/metrics" in fetch(loopback_agent.url + "/")
+
+
+def test_sigterm_stops_within_two_seconds(loopback_agent: RunningAgent) -> None:
+    loopback_agent.wait_ready()
+    status, seconds, stderr = loopback_agent.stop()
+    assert status == 0, stderr
+    assert seconds < 2.0
+    assert "stopped" in stderr
+
+
+def test_a_source_failing_at_start_is_visible_in_health(sysfs_copy: Path) -> None:
+    """Counters that turn unreadable right after discovery: /metrics still answers."""
+    agent = RunningAgent("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
+    try:
+        counters = sysfs_copy / "class/infiniband/mlx5_0/ports/1/counters"
+        agent.wait_ready()
+        (counters / "port_xmit_data").write_text("N/A (no PMA)\n")
+        time.sleep(1.0)
+        body = fetch(agent.url + "/metrics")
+        assert metric(body, 'burstscope_port_failed_reads_total{device="mlx5_0",port="1"}') > 0
+        assert metric(body, "burstscope_sampler_up") == 1.0
+    finally:
+        agent.stop()
+
+
+def make_certificates(directory: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, with openssl."""
+    paths = {
+        name: directory / f"{name}.pem"
+        for name in ("ca", "ca-key", "server", "server-key", "client", "client-key")
+    }
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test-ca",
+        "-keyout",
+        str(paths["ca-key"]),
+        "-out",
+        str(paths["ca"]),
+    )
+    for name in ("server", "client"):
+        request = directory / f"{name}.csr"
+        run(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={name}",
+            "-keyout",
+            str(paths[f"{name}-key"]),
+            "-out",
+            str(request),
+        )
+        extensions = directory / f"{name}.ext"
+        extensions.write_text("subjectAltName=IP:127.0.0.1\n")
+        run(
+            "x509",
+            "-req",
+            "-in",
+            str(request),
+            "-CA",
+            str(paths["ca"]),
+            "-CAkey",
+            str(paths["ca-key"]),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            str(extensions),
+            "-out",
+            str(paths[name]),
+        )
+    return paths
+
+
+def test_tls_with_client_certificates(tmp_path: Path) -> None:
+    certs = make_certificates(tmp_path)
+    agent = RunningAgent(
+        "--source",
+        "netdev:lo",
+        "--line-rate",
+        "10",
+        "--tls-cert",
+        str(certs["server"]),
+        "--tls-key",
+        str(certs["server-key"]),
+        "--tls-client-ca",
+        str(certs["ca"]),
+    )
+    try:
+        trusted = ssl.create_default_context(cafile=str(certs["ca"]))
+        trusted.load_cert_chain(str(certs["client"]), str(certs["client-key"]))
+        body = agent.wait_ready(trusted, scheme="https")
+        assert "burstscope_port_data_bytes_total" in body
+        anonymous = ssl.create_default_context(cafile=str(certs["ca"]))
+        with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+            fetch(f"https://127.0.0.1:{agent.port}/metrics", anonymous)
+    finally:
+        agent.stop()
+
+
+def test_port_in_use_is_one_line_and_status_2() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = burstscope(
+            "agent", "--source", "netdev:lo", "--line-rate", "1", "--listen", f"127.0.0.1:{port}"
+        )
+    assert_usage_error(result, f"cannot listen on 127.0.0.1:{port}", "in use")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--listen", "localhost"], ["--listen 'localhost' is not ADDR:PORT"]),
+        (["--listen", "example.org:80"], ["is not an IP address"]),
+        (
+            ["--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"],
+            ["cannot load TLS files"],
+        ),
+        (["--tls-cert", "/nonexistent/cert.pem"], ["--tls-cert and --tls-key go together"]),
+        (["--config", "/nonexistent/agent.toml"], ["/nonexistent/agent.toml: cannot read"]),
+    ],
+)
+def test_bad_agent_input(args: list[str], fragments: list[str]) -> None:
+    result = burstscope("agent", "--source", "netdev:lo", "--line-rate", "1", *args)
+    assert_usage_error(result, *fragments)
+
+
+def test_unknown_line_rate_is_refused() -> None:
+    result = burstscope("agent", "--source", "netdev:lo", "--listen", f"127.0.0.1:{free_port()}")
+    assert_usage_error(result, "line rate of lo port 1 is unknown", "--line-rate")
+
+
+def test_check_config(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text('[source]\nspec = "netdev:lo"\n[thresholds]\nsaturated = 0.95\n')
+    result = burstscope("agent", "--check-config", str(good))
+    assert result.returncode == 0 and "configuration is valid" in result.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[thresholds]\nsaturated = 2\n")
+    assert_usage_error(
+        burstscope("agent", "--check-config", str(bad)),
+        f"{bad}: thresholds.saturated must be in (0, 1], not 2",
+    )
+
+
+def test_config_file_supplies_the_source(tmp_path: Path) -> None:
+    config = tmp_path / "agent.toml"
+    config.write_text(f'[source]\nspec = "sysfs"\nsysfs_root = "{SYSFS}"\ninclude = "mlx5_0"\n')
+    agent = RunningAgent("--config", str(config))
+    try:
+        body = agent.wait_ready()
+        assert 'burstscope_port_line_rate_bytes_per_second{device="mlx5_0",port="1"} 5e+10' in body
+        assert 'device="mlx5_1"' not in body
+    finally:
+        agent.stop()
+    assert os.path.exists(config)

@@ -1,0 +1,88 @@
+"""Agent configuration: every key validated, every error naming file, key and problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collector.config import ConfigError, load_config, parse_config
+
+EXAMPLE = """
+[source]
+spec = "netdev:lo"
+sysfs_root = "/sys"
+include = "^mlx5_"
+line_rate_gbits = 400
+interval = "1ms"
+slow_interval = 1.0
+
+[thresholds]
+burst = 0.5
+saturated = 0.9
+idle = 0.01
+busy = 0.25
+
+[listen]
+address = "127.0.0.1:9847"
+
+[sampler]
+realtime_priority = 10
+cpu = -1
+spin = "0us"
+"""
+
+
+def test_a_full_config_parses() -> None:
+    config = parse_config(EXAMPLE, "agent.toml")
+    assert config.get("source", "interval") == 1_000_000
+    assert config.get("thresholds", "saturated") == 0.9
+    assert config.listen == "127.0.0.1:9847"
+    assert config.get("mqtt", "url") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[sorce]\nspec = 'sysfs'", "agent.toml: unknown table [sorce]"),
+        ("[source]\nspecc = 'sysfs'", "agent.toml: unknown key source.specc"),
+        ("[source]\nspec = 3", "agent.toml: source.spec must be a string, not int"),
+        ("[source]\ninterval = '10us'", "agent.toml: source.interval interval '10us' is outside"),
+        ("[source]\ninterval = 5", "agent.toml: source.interval must be a string, not int"),
+        ("[source]\ninclude = '('", "agent.toml: source.include is not a valid regular"),
+        ("[source]\nline_rate_gbits = -4", "agent.toml: source.line_rate_gbits must be a positive"),
+        ("[thresholds]\nburst = 1.5", "agent.toml: thresholds.burst must be in (0, 1], not 1.5"),
+        ("[thresholds]\nburst = 'half'", "agent.toml: thresholds.burst must be a number, not str"),
+        ("[thresholds]\nburst = true", "agent.toml: thresholds.burst must be a number, not bool"),
+        ("[thresholds]\nburst = 0.95", "thresholds.burst must not exceed thresholds.saturated"),
+        ("[thresholds]\nidle = 0.6", "thresholds.idle must be below thresholds.burst"),
+        ("[listen]\naddress = 'nowhere'", "agent.toml: listen.address 'nowhere' is not ADDR:PORT"),
+        ("[listen]\naddress = ':70000'", "agent.toml: listen.address ':70000' is not ADDR:PORT"),
+        ("[listen]\ntls_cert = '/nonexistent.pem'", "listen.tls_cert file '/nonexistent.pem'"),
+        ("[sampler]\nrealtime_priority = 100", "sampler.realtime_priority must be between 0 and"),
+        ("[sampler]\ncpu = 1.5", "agent.toml: sampler.cpu must be an integer, not float"),
+        ("source = 1", "agent.toml: source must be a table"),
+        ("[source\n", "agent.toml: not valid TOML"),
+    ],
+)
+def test_bad_config_names_file_key_and_problem(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, "agent.toml")
+    assert message in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_tls_cert_and_key_go_together(tmp_path: Path) -> None:
+    cert = tmp_path / "cert.pem"
+    cert.write_text("x")
+    with pytest.raises(ConfigError, match=r"tls_cert and listen\.tls_key go together"):
+        parse_config(f"[listen]\ntls_cert = '{cert}'", "agent.toml")
+
+
+def test_missing_and_binary_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"absent.toml: cannot read: No such file"):
+        load_config(str(tmp_path / "absent.toml"))
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match=r"binary\.toml: not a text file"):
+        load_config(str(binary))
