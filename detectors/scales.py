@@ -134,12 +134,18 @@ class WindowScale:
         if candidates is None:
             start = intervals.start_ns
             end = intervals.end_ns
+            # Each interval starts where the one before ended: one division per sample.
+            end_index = end // length
+            start_index = np.empty_like(end_index)
+            start_index[0] = int(start[0]) // length
+            start_index[1:] = end_index[:-1]
+            crossings = end_index - start_index
         else:
             if candidates.size == 0:
                 return Windows.empty(), candidates
             start = intervals.start_ns[candidates]
             end = intervals.end_ns[candidates]
-        crossings = end // length - start // length
+            crossings = end // length - start // length
         holding = np.flatnonzero(crossings)
         if holding.size == 0:
             self._note_open(intervals)
