@@ -1,0 +1,174 @@
+"""Detector and report throughput: ``python bench/detectors.py --json`` prints one JSON line.
+
+- batch_samples_per_second: ``detectors.analyzer.analyze`` over >= 100 M samples, one core.
+  Reference in the same run: the bare numpy arithmetic of utilization alone (two diffs and
+  a divide per sample, same blocks), the floor any detector pays.
+- streaming_us_per_sample: ``DirectionAnalyzer.feed`` with 100 ms chunks (100 samples).
+- report_seconds, report_peak_bytes: ``burstscope report --json`` in a subprocess on a
+  generated 1-hour, 9-port, 1 ms trace written with collector.trace.TraceWriter; peak
+  memory is the child's maximum resident set size (getrusage RUSAGE_CHILDREN).
+Targets (issue 3): batch >= 50 M/s, streaming <= 2 us/sample, report <= 10 s and <= 2 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from collector.trace import PortColumns, TraceWriter  # noqa: E402
+from detectors.analyzer import BATCH_BLOCK, DirectionAnalyzer, analyze  # noqa: E402
+
+RATE = 50_000_000_000  # 400 Gb/s in bytes per second
+MS = 1_000_000
+START_NS = 1_700_000_000_000_000_000
+
+
+def traffic(count: int, offset: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """1 ms samples with 2 us jitter: 3% background and 40 ms at line rate every second."""
+    rng = np.random.default_rng(seed)
+    index = np.arange(offset, offset + count, dtype=np.int64)
+    stamps = START_NS + index * MS + rng.integers(-2_000, 2_000, count)
+    phase = index % 1000
+    per = np.where((phase >= 300) & (phase < 340), RATE // 1000, RATE // 1000 * 3 // 100)
+    counter = np.cumsum(per, dtype=np.int64)
+    counter += offset * (RATE // 1000 * 3 // 100)
+    return stamps, counter.astype(np.uint64)
+
+
+def bench_batch(samples: int) -> dict[str, float]:
+    stamps, counter = traffic(samples, 0, 1)
+    best = float("inf")
+    for _ in range(2):
+        began = time.perf_counter()
+        analyze(stamps, counter, RATE, finest_interval_ns=MS, keep_bursts=False)
+        best = min(best, time.perf_counter() - began)
+
+    def bare() -> None:
+        scale = 1e9 / RATE
+        for first in range(0, samples, BATCH_BLOCK):
+            t = stamps[first : first + BATCH_BLOCK]
+            c = counter[first : first + BATCH_BLOCK]
+            _ = np.diff(c).view(np.int64) * scale / np.diff(t)
+
+    reference = float("inf")
+    for _ in range(2):
+        began = time.perf_counter()
+        bare()
+        reference = min(reference, time.perf_counter() - began)
+    return {
+        "batch_samples": samples,
+        "batch_samples_per_second": samples / best,
+        "reference_bare_utilization_samples_per_second": samples / reference,
+    }
+
+
+def bench_streaming(seconds: int) -> dict[str, float]:
+    stamps, counter = traffic(seconds * 1000, 0, 2)
+    analyzer = DirectionAnalyzer(RATE, finest_interval_ns=MS, keep_bursts=False)
+    began = time.perf_counter()
+    for first in range(0, stamps.size, 100):
+        analyzer.feed(stamps[first : first + 100], counter[first : first + 100])
+    analyzer.finish()
+    elapsed = time.perf_counter() - began
+    return {
+        "streaming_us_per_sample": elapsed / stamps.size * 1e6,
+        "streaming_samples": stamps.size,
+    }
+
+
+def write_trace(path: Path, seconds: int, ports: int) -> int:
+    writer = TraceWriter(path, piece_seconds=5.0)
+    read_ns = np.full(1000, 3_000, dtype=np.int64)
+    rebaseline = np.zeros(1000, dtype=np.bool_)
+    for second in range(seconds):
+        columns = []
+        for port in range(ports):
+            stamps, xmit = traffic(1000, second * 1000, 10_000 * port + second)
+            _, rcv = traffic(1000, second * 1000 + 500, 10_000 * port + second + 7)
+            columns.append(
+                PortColumns(f"mlx5_{port}", 1, RATE, stamps, xmit, rcv, read_ns, rebaseline)
+            )
+        writer.append(columns)
+    writer.close()
+    return writer.rows_written
+
+
+LAUNCHER = """
+import json, resource, subprocess, sys, time
+began = time.perf_counter()
+result = subprocess.run(
+    [sys.executable, "-m", "burstscope", "report", sys.argv[1], "--json"],
+    capture_output=True, check=False,
+)
+elapsed = time.perf_counter() - began
+if result.returncode != 0:
+    sys.exit(result.stderr.decode()[-2000:])
+print(json.dumps({
+    "seconds": elapsed,
+    "peak_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,  # KiB
+    "port_directions": len(json.loads(result.stdout)["ports"]),
+}))
+"""
+
+
+def bench_report(seconds: int, ports: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as directory:
+        trace = Path(directory) / "trace"
+        trace.mkdir()
+        began = time.perf_counter()
+        rows = write_trace(trace, seconds, ports)
+        generated = time.perf_counter() - began
+        # A small launcher starts the report: a child forked straight from this process
+        # would inherit its high-water mark (Linux records the pre-exec mm's peak as the
+        # child's ru_maxrss), and this process has held the batch benchmark's arrays.
+        result = subprocess.run(
+            [sys.executable, "-c", LAUNCHER, str(trace)],
+            cwd=ROOT,
+            capture_output=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise SystemExit(f"report failed: {result.stderr.decode()[-2000:]}")
+        measured = json.loads(result.stdout)
+    return {
+        "report_rows": rows,
+        "report_port_directions": measured["port_directions"],
+        "report_seconds": measured["seconds"],
+        "report_peak_bytes": measured["peak_bytes"],
+        "trace_generation_seconds": generated,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="one JSON line (the default)")
+    parser.add_argument("--samples", type=int, default=100_000_000, help="batch samples")
+    parser.add_argument("--trace-seconds", type=int, default=3600)
+    parser.add_argument("--ports", type=int, default=9)
+    args = parser.parse_args()
+    figures: dict[str, object] = {"cpu_count": os.cpu_count(), "numpy": np.__version__}
+    figures.update(bench_batch(args.samples))
+    figures.update(bench_streaming(600))
+    figures.update(bench_report(args.trace_seconds, args.ports))
+    figures["targets_met"] = {
+        "batch": figures["batch_samples_per_second"] >= 50e6,  # type: ignore[operator]
+        "streaming": figures["streaming_us_per_sample"] <= 2.0,  # type: ignore[operator]
+        "report_time": figures["report_seconds"] <= 10.0,  # type: ignore[operator]
+        "report_memory": figures["report_peak_bytes"] <= 2 * 1024**3,  # type: ignore[operator]
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
