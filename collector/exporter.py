@@ -48,7 +48,7 @@ HELP: dict[str, str] = {
     "(90% of line rate by default).",
     "burstscope_port_hidden_saturated_seconds_total": "Saturated time inside 15 s "
     "wall-clock windows whose mean is below 25%: saturation a 15 s scrape cannot see.",
-    "burstscope_port_counter_resets_total": "Times a data counter went backwards (device "
+    "burstscope_port_data_resets_total": "Times a data counter went backwards (device "
     "reset, driver reload, perfquery -R); the interval across it is not counted.",
     "burstscope_port_failed_reads_total": "Sampler reads of the port's data counters that "
     "failed; the port is retried with backoff.",
@@ -213,7 +213,7 @@ class BurstscopeCollector(Collector):
                     labels,
                     view.hidden_saturated_seconds,
                 )
-            out.counter("burstscope_port_counter_resets_total", PORT, key, resets)
+            out.counter("burstscope_port_data_resets_total", PORT, key, resets)
             out.counter("burstscope_port_failed_reads_total", PORT, key, port.failed_reads)
 
     @staticmethod
