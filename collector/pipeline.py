@@ -9,6 +9,7 @@ so a scrape never sees half an update and never changes anything.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import threading
 import time
@@ -23,9 +24,11 @@ from collector.ring import Field, Ring
 from collector.sampler import Sampler, SamplerConfig
 from collector.slow_poller import SlowPoller, SlowSnapshot
 from collector.sources.base import CounterSource, PortSpec, SlowSource
+from collector.trace import TraceWriter
 from detectors.analyzer import DirectionAnalyzer
 from detectors.bursts import Bursts
 from detectors.config import Thresholds
+from detectors.distributions import utilization_quantile
 from detectors.live import LiveDirection, cumulative_counts
 
 _LOG = logging.getLogger(__name__)
@@ -46,6 +49,7 @@ class DirectionView:
     saturated_seconds: float
     hidden_saturated_seconds: float  # saturated inside coarse windows that look quiet
     resets: int
+    p99: float | None  # of per-sample utilization since the agent started
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +104,10 @@ class Pipeline:
         thresholds: Thresholds | None = None,
         slow_sources: Sequence[SlowSource] = (),
         slow_interval_seconds: float = 1.0,
+        trace: TraceWriter | None = None,
     ) -> None:
         self.source = source
+        self.trace = trace  # when set, every sample is also recorded
         self.thresholds = thresholds or Thresholds()
         self.sampler = Sampler(source, sampler_config)
         self.interval_ns = self.sampler.config.interval_ns
@@ -158,6 +164,8 @@ class Pipeline:
         with self._lock:
             missing_before = list(reader.missing_by_port)
             columns, lateness, read_ns = reader.poll_with_timing()
+            if self.trace is not None:
+                self.trace.append(columns)
             closed: list[tuple[PortSpec, str, Bursts]] = []
             for index, (state, port) in enumerate(zip(self._ports, columns, strict=True)):
                 state.failed_reads += reader.missing_by_port[index] - missing_before[index]
@@ -213,25 +221,13 @@ class Pipeline:
         directions = {}
         for direction in DIRECTIONS:
             analyzer = state.analyzers[direction]
-            live = state.live[direction]
             directions[direction] = DirectionView(
                 bytes_total=state.latest[direction],
-                live=LiveDirection(
-                    samples=live.samples,
-                    utilization_sum=live.utilization_sum,
-                    utilization_buckets=live.utilization_buckets.copy(),
-                    bursts=live.bursts,
-                    burst_bytes=live.burst_bytes,
-                    burst_seconds_sum=live.burst_seconds_sum,
-                    burst_duration_buckets=live.burst_duration_buckets.copy(),
-                    latest_ns=live.latest_ns,
-                    latest_utilization=live.latest_utilization,
-                    slots=live.slots.copy(),
-                    seconds=live.seconds.copy(),
-                ),
+                live=copy.deepcopy(state.live[direction]),
                 saturated_seconds=analyzer.saturated_ns / 1e9,
                 hidden_saturated_seconds=analyzer.hidden_saturated_ns / 1e9,
                 resets=analyzer.resets,
+                p99=utilization_quantile(analyzer.finest_histogram, 0.99),
             )
         return PortView(state.spec, directions, state.failed_reads)
 
@@ -247,6 +243,8 @@ class Pipeline:
         if self._reader is not None:
             with contextlib.suppress(Exception):
                 self.drain()
+        if self.trace is not None:
+            self.trace.close()  # the last piece is closed and readable
 
     def close(self) -> None:
         self.stop()

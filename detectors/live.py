@@ -57,6 +57,8 @@ class LiveDirection:
     slots: deque[tuple[int, float]] = field(default_factory=deque)
     # (window end ns, utilization, covered ns) of closed 1-second windows.
     seconds: deque[tuple[int, float, int]] = field(default_factory=deque)
+    # (wall-clock second, bursts that ended in it), for the trailing burst rate.
+    burst_ends: deque[tuple[int, int]] = field(default_factory=deque)
 
     def update(self, chunk: Chunk) -> None:
         valid = chunk.valid
@@ -78,6 +80,12 @@ class LiveDirection:
             self.burst_duration_buckets += cumulative_counts(
                 seconds, BURST_DURATION_BUCKETS_SECONDS
             )
+            ends, counts = np.unique(bursts.end_ns // 1_000_000_000, return_counts=True)
+            for second, count in zip(ends.tolist(), counts.tolist(), strict=True):
+                if self.burst_ends and self.burst_ends[-1][0] == second:
+                    self.burst_ends[-1] = (second, self.burst_ends[-1][1] + count)
+                else:
+                    self.burst_ends.append((second, count))
         closed = chunk.windows.get(_MEAN_SCALE)
         if closed is not None:
             for end, value, covered in zip(
@@ -110,6 +118,8 @@ class LiveDirection:
             self.slots.popleft()
         while self.seconds and self.seconds[0][0] <= horizon:
             self.seconds.popleft()
+        while self.burst_ends and (self.burst_ends[0][0] + 1) * 1_000_000_000 <= horizon:
+            self.burst_ends.popleft()
 
     def peak(self, window_ns: int, now_ns: int) -> float | None:
         """Highest sample utilization whose 100 ms slot overlaps (now - window, now]."""
@@ -135,3 +145,9 @@ class LiveDirection:
             if 0 <= index < seconds:
                 out[index] = max(out[index], peak)
         return out
+
+    def burst_rate(self, window_ns: int, now_ns: int) -> float:
+        """Bursts per second that ended in the trailing window (whole seconds)."""
+        first = (now_ns - window_ns) // 1_000_000_000
+        ended = sum(count for second, count in self.burst_ends if second > first)
+        return ended / (window_ns / 1e9)

@@ -22,6 +22,7 @@ from collector.pipeline import Pipeline
 from collector.sampler import SamplerConfig, SamplerError, parse_interval
 from collector.slow_poller import slow_sources_for
 from collector.sources.base import CounterSource, SlowSource
+from collector.trace import TraceWriter
 from detectors.config import Thresholds
 
 _LOG = logging.getLogger("burstscope.agent")
@@ -148,7 +149,7 @@ def setup_logging() -> None:
 class Agent:
     """The running agent: pipeline plus metrics server; start() then stop()."""
 
-    def __init__(self, settings: AgentSettings) -> None:
+    def __init__(self, settings: AgentSettings, trace: TraceWriter | None = None) -> None:
         self.settings = settings
         self.pipeline = Pipeline(
             settings.source,
@@ -156,6 +157,7 @@ class Agent:
             settings.thresholds,
             slow_sources(settings),
             settings.slow_interval_seconds,
+            trace,
         )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BurstscopeCollector(self.pipeline.snapshot))

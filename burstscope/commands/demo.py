@@ -1,0 +1,104 @@
+"""``burstscope demo``: the simulated GPU node through the real agent, then the report of the run.
+
+Eight 400 Gb/s rails and a 200 Gb/s storage port carrying LLM-training traffic are read
+by the real sampler process, the streaming detectors and the Prometheus exporter (and
+published over MQTT with --mqtt); a terminal shows the live view; at the end the run's
+recording goes through the same report as ``burstscope report``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from burstscope.commands.agent import Agent, AgentSettings
+from burstscope.commands.report import analyze_paths
+from burstscope.commands.top import stop_on_signals, watch
+from burstscope.errors import UsageError
+from burstscope.report_view import print_table, to_json
+from collector.http import DEFAULT_LISTEN
+from collector.sampler import SamplerConfig
+from collector.simulation.profiles import DEFAULT_PROFILE, PROFILES
+from collector.sources.base import SourceError
+from collector.sources.sim import SimSource
+from collector.trace import TraceError, TraceWriter, prepare_output
+from detectors.config import Thresholds
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "demo", help="run the simulated GPU node through the agent and report on it"
+    )
+    parser.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
+    parser.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        help=f"traffic: {', '.join(PROFILES)} (default {DEFAULT_PROFILE})",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the traffic model")
+    parser.add_argument(
+        "--listen", default=DEFAULT_LISTEN, metavar="ADDR:PORT", help="/metrics address"
+    )
+    parser.add_argument("--json", action="store_true", help="print the final report as JSON only")
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="DIR",
+        help="keep the run's trace here (default: a temporary directory)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.duration is not None and not args.duration > 0:
+        raise UsageError(f"--duration {args.duration:g} must be positive")
+    try:
+        source = SimSource(args.profile, args.seed)
+    except SourceError as exc:
+        raise UsageError(str(exc)) from None
+    path = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="burstscope-demo-"))
+    try:
+        prepare_output(path)
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+    settings = AgentSettings(
+        source=source,
+        sampler=SamplerConfig(),
+        thresholds=Thresholds(),
+        listen=args.listen,
+        tls=None,
+        slow_interval_seconds=1.0,
+        sysfs_root="/sys",
+    )
+    agent = Agent(settings, TraceWriter(path))
+    stop = stop_on_signals()
+    agent.start()
+    assert agent.server is not None
+    print(
+        f"simulated node ({args.profile}): metrics on http://{args.listen}/metrics, "
+        f"recording to {path}",
+        file=sys.stderr,
+    )
+    try:
+        if args.json:
+            stop.wait(args.duration)
+        else:
+            watch(
+                agent.pipeline.snapshot,
+                stop,
+                args.duration,
+                title=f"burstscope demo: {args.profile}",
+            )
+    finally:
+        agent.stop()
+    report = analyze_paths([path], None, False, settings.thresholds)
+    if args.json:
+        print(json.dumps(to_json(report), indent=2))
+    else:
+        print_table(report)
+        print(f"\nThe run's trace: {path} (burstscope report {path} --plot run.png)")
+    return 0
