@@ -1,0 +1,170 @@
+"""Grafana dashboards and provisioning, checked as data (no Grafana in CI).
+
+What grafana/dashboard-linter would check, in pytest: schema version, unique uids and
+panel ids, the ${datasource} variable on every panel and target, the instance and device
+variables, units on every panel, and expressions that name only metrics the exporter
+exports (collector/exporter.py HELP) or the recording rules record. The JSON must also be
+exactly what dashboards/generate.py writes, so the generator stays the source.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collector.exporter import HELP
+
+DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards"
+GRAFANA = DASHBOARDS / "grafana"
+FILES = ("fleet-overview.json", "port-drilldown.json")
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+METRIC = re.compile(r"\b(?:[a-z_]+:)?burstscope_[a-z0-9_]+(?::[a-z0-9_]+)?\b")
+
+
+def load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((GRAFANA / name).read_text())
+    return data
+
+
+def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for panel in dashboard["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def known_metrics() -> set[str]:
+    known: set[str] = set()
+    for name in HELP:
+        known.update({name, f"{name}_bucket", f"{name}_count", f"{name}_sum"})
+    rules = (DASHBOARDS / "prometheus" / "recording.rules.yml").read_text()
+    known.update(re.findall(r"^\s*- record: (\S+)", rules, flags=re.MULTILINE))
+    return known
+
+
+def exprs(dashboard: dict[str, Any]) -> list[str]:
+    found = [t["expr"] for p in panels(dashboard) for t in p.get("targets", [])]
+    found += [v["definition"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    return found
+
+
+def test_json_is_what_the_generator_writes() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generate", DASHBOARDS / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name in FILES:
+        assert (GRAFANA / name).read_text() == module.render(name), (
+            f"{name} is stale: run python dashboards/generate.py"
+        )
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_schema_variables_and_datasource(name: str) -> None:
+    dashboard = load(name)
+    assert dashboard["schemaVersion"] >= 41
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for variable in ("instance", "device"):
+        assert variables[variable]["type"] == "query"
+        assert variables[variable]["datasource"] == DATASOURCE
+        assert variables[variable]["definition"].startswith("label_values(")
+    for panel in panels(dashboard):
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == DATASOURCE, panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"] == DATASOURCE, panel["title"]
+            assert target["expr"].strip(), panel["title"]
+
+
+def test_uids_and_panel_ids_are_unique() -> None:
+    dashboards = [load(name) for name in FILES]
+    uids = [d["uid"] for d in dashboards]
+    assert len(set(uids)) == len(uids)
+    for dashboard in dashboards:
+        ids = [p["id"] for p in panels(dashboard)]
+        assert len(set(ids)) == len(ids), dashboard["uid"]
+        for panel in panels(dashboard):
+            refs = [t["refId"] for t in panel.get("targets", [])]
+            assert len(set(refs)) == len(refs), panel["title"]
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_every_panel_has_a_unit_title_and_description(name: str) -> None:
+    for panel in panels(load(name)):
+        if panel["type"] == "row":
+            continue
+        assert panel["title"] and panel["description"]
+        assert panel["fieldConfig"]["defaults"].get("unit"), f"{panel['title']}: no unit"
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_panels_do_not_overlap(name: str) -> None:
+    taken: set[tuple[int, int]] = set()
+    for panel in panels(load(name)):
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24
+        cells = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
+        assert not cells & taken, panel["title"]
+        taken |= cells
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_exprs_name_only_exported_or_recorded_metrics(name: str) -> None:
+    known = known_metrics()
+    used = {metric for expr in exprs(load(name)) for metric in METRIC.findall(expr)}
+    assert used, "no metric names found"
+    assert used - known == set()
+
+
+def test_dashboards_cover_what_the_issue_asks() -> None:
+    fleet = " ".join(exprs(load("fleet-overview.json")))
+    drill = " ".join(exprs(load("port-drilldown.json")))
+    for needed in (
+        'burstscope_port_peak_utilization_ratio{instance=~"$instance", device=~"$device", '
+        'window="15s"}',
+        "burstscope_port_hidden_saturated_seconds_total",
+        'le="0.9"',
+        ">= 0.9",
+    ):
+        assert needed in fleet, needed
+    for needed in (
+        "histogram_quantile(0.99, rate(burstscope_port_utilization_ratio_bucket",
+        "burstscope_port_bursts_total",
+        "burstscope_port_burst_duration_seconds_bucket",
+        "burstscope_port_congestion_packets_total",
+        "burstscope_port_transmit_wait_total",
+        "burstscope_port_pfc_pause_frames_total",
+        "burstscope_sampler_missed_ticks_total",
+        "burstscope_sampler_lateness_seconds_bucket",
+        "burstscope_source_read_duration_seconds_bucket",
+        "burstscope_scrape_duration_seconds",
+        "burstscope_sampler_up",
+    ):
+        assert needed in drill, needed
+    heatmaps = [p for p in panels(load("port-drilldown.json")) if p["type"] == "heatmap"]
+    assert heatmaps and heatmaps[0]["targets"][0]["format"] == "heatmap"
+
+
+def test_provisioning_files() -> None:
+    datasource = (DASHBOARDS / "provisioning" / "datasources" / "burstscope.yaml").read_text()
+    assert re.search(r"^apiVersion: 1$", datasource, flags=re.MULTILINE)
+    assert re.search(r"^\s+type: prometheus$", datasource, flags=re.MULTILINE)
+    assert re.search(r"^\s+access: proxy$", datasource, flags=re.MULTILINE)
+    providers = (DASHBOARDS / "provisioning" / "dashboards" / "burstscope.yaml").read_text()
+    assert re.search(r"^apiVersion: 1$", providers, flags=re.MULTILINE)
+    assert re.search(r"^\s+type: file$", providers, flags=re.MULTILINE)
+    assert re.search(r"^\s+path: \S+", providers, flags=re.MULTILINE)

@@ -1,0 +1,242 @@
+"""A real Prometheus scraping the real agent: every dashboard query and BurstSaturation.
+
+An emulated 3-port node (bench.exporter.EmulatedNode) is written by a thread of this test:
+mlx5_0 transmits at line rate (saturating), mlx5_1 is quiet, mlx5_2 bursts at line rate
+for 100 ms of every 500 ms (bursts for the burst panels). The agent samples it every 1 ms;
+Prometheus (Debian's ``prometheus``) scrapes it every 1 s and evaluates the rules every
+1 s, from a copy of the rules with every ``for:`` shortened to 2 s. Skips without the
+binary; fails under BURSTSCOPE_REQUIRE_INTEGRATION=1.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.exporter import CounterWriter, EmulatedNode, Load, free_port, running_agent
+from tests.conftest import require_binary
+
+pytestmark = pytest.mark.integration
+
+DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards"
+RATE_INTERVAL = "10s"  # what $__rate_interval would be at a 1 s scrape (>= 4 scrapes)
+# Families an emulated tree cannot produce: PFC counters come from ethtool on a real netdev.
+NEEDS_REAL_NETDEV = ("burstscope_port_pfc_pause_frames_total", "burstscope_port_pfc_pause_")
+
+
+@dataclass
+class Prometheus:
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def get(self, path: str, **params: str) -> Any:
+        query = urllib.parse.urlencode(params)
+        with urllib.request.urlopen(f"{self.url}{path}?{query}", timeout=10) as response:
+            return json.loads(response.read())
+
+    def query(self, expr: str) -> Any:
+        try:
+            return self.get("/api/v1/query", query=expr)
+        except urllib.error.HTTPError as exc:  # a parse error is a 400 with a JSON body
+            return json.loads(exc.read())
+
+    def alerts(self, name: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self.get("/api/v1/alerts")["data"]["alerts"]
+        return [a for a in found if a["labels"]["alertname"] == name]
+
+
+def test_rule_copy(tmp: Path) -> list[str]:
+    """The rules with every ``for:`` cut to 2 s, so alerts fire within a test's time."""
+    names = []
+    for name in ("recording.rules.yml", "alerts.rules.yml"):
+        text = (DASHBOARDS / "prometheus" / name).read_text()
+        (tmp / name).write_text(re.sub(r"^(\s+for:) \S+$", r"\1 2s", text, flags=re.MULTILINE))
+        names.append(name)
+    return names
+
+
+test_rule_copy.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedNode]:
+    emulated = EmulatedNode(tmp_path_factory.mktemp("node"), ["mlx5_0", "mlx5_1", "mlx5_2"])
+    emulated.build()
+    writer = CounterWriter(emulated)
+    now = time.monotonic()
+    writer.set_load("mlx5_0", "transmit", Load(1.0), now)
+    writer.set_load("mlx5_0", "receive", Load(0.3), now)
+    writer.set_load("mlx5_2", "transmit", Load(1.0, period_s=0.5, duty=0.2), now)
+    writer.set_load("mlx5_2", "receive", Load(1.0, period_s=0.5, duty=0.2), now)
+    with writer.running_in_thread():
+        yield emulated
+
+
+@pytest.fixture(scope="module")
+def agent_url(node: EmulatedNode) -> Iterator[str]:
+    with running_agent(node.root) as (_, url):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def prometheus(agent_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    binary = require_binary("prometheus")
+    tmp = tmp_path_factory.mktemp("prometheus")
+    rules = test_rule_copy(tmp)
+    target = urllib.parse.urlparse(agent_url).netloc
+    (tmp / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"rule_files: {json.dumps(rules)}\n"
+        "scrape_configs:\n  - job_name: burstscope\n"
+        f"    static_configs:\n      - targets: [{json.dumps(target)}]\n"
+    )
+    port = free_port()
+    log = (tmp / "prometheus.log").open("wb")
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    server = Prometheus(f"http://127.0.0.1:{port}", process)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"prometheus exited: {(tmp / 'prometheus.log').read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{server.url}/-/ready", timeout=1) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("prometheus was not ready within 20 s")
+            time.sleep(0.2)
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+        shutil.rmtree(tmp / "data", ignore_errors=True)
+
+
+def wait_for(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.5)
+
+
+def substitute(expr: str) -> str:
+    """Grafana's template variables as "All" (regex .*) and a 1 s scrape's rate interval."""
+    expr = expr.replace("$__rate_interval", RATE_INTERVAL)
+    return re.sub(r"\$(instance|device|port|direction)\b", ".*", expr)
+
+
+def dashboard_targets() -> list[tuple[str, str, str]]:
+    found = []
+    for path in sorted((DASHBOARDS / "grafana").glob("*.json")):
+        dashboard = json.loads(path.read_text())
+        stack = list(dashboard["panels"])
+        while stack:
+            panel = stack.pop(0)
+            stack.extend(panel.get("panels", []))
+            for target in panel.get("targets", []):
+                found.append((path.stem, f"{panel['title']} [{target['refId']}]", target["expr"]))
+    return found
+
+
+def test_burst_saturation_fires_for_line_rate_and_not_for_quiet(prometheus: Prometheus) -> None:
+    def firing() -> list[dict[str, Any]]:
+        return [
+            a
+            for a in prometheus.alerts("BurstSaturation")
+            if a["state"] == "firing"
+            and a["labels"]["device"] == "mlx5_0"
+            and a["labels"]["direction"] == "transmit"
+        ]
+
+    alert = wait_for(firing, 45, "BurstSaturation firing on mlx5_0 transmit")[0]
+    assert float(alert["value"]) > 0.05
+    quiet = [a for a in prometheus.alerts("BurstSaturation") if a["labels"]["device"] == "mlx5_1"]
+    assert quiet == []
+    share = prometheus.query(
+        "instance_device_port_direction:burstscope_port_samples_above_95_percent_per_samples"
+        ':ratio_rate5m{device="mlx5_1"}'
+    )["data"]["result"]
+    assert share and all(float(r["value"][1]) == 0.0 for r in share)
+
+
+def test_every_dashboard_query_parses_and_returns_data(prometheus: Prometheus) -> None:
+    # Enough history for rate() over the rate interval and one slow poll.
+    wait_for(
+        lambda: prometheus.query(f"rate(burstscope_port_bursts_total[{RATE_INTERVAL}]) > 0")[
+            "data"
+        ]["result"],
+        45,
+        "a burst rate in Prometheus",
+    )
+    problems = []
+    exempt = []
+    targets = dashboard_targets()
+    assert len(targets) > 20
+    for dashboard, title, expr in targets:
+        answer = prometheus.query(substitute(expr))
+        if answer.get("status") != "success":
+            problems.append(f"{dashboard}: {title}: {answer.get('error')}")
+        elif not answer["data"]["result"]:
+            if any(name in expr for name in NEEDS_REAL_NETDEV):
+                exempt.append(title)
+            else:
+                problems.append(f"{dashboard}: {title}: no data for {substitute(expr)}")
+    assert problems == []
+    assert sorted(exempt) == ["PFC pause duration [A]", "PFC pause frames [A]"]
+
+
+def test_template_variable_queries_return_values(prometheus: Prometheus) -> None:
+    for path in sorted((DASHBOARDS / "grafana").glob("*.json")):
+        for variable in json.loads(path.read_text())["templating"]["list"]:
+            if variable["type"] != "query":
+                continue
+            match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["definition"])
+            assert match is not None, variable["definition"]
+            selector, label = substitute(match.group(1)), match.group(2)
+            values = prometheus.get(f"/api/v1/label/{label}/values", **{"match[]": selector})
+            assert values["status"] == "success" and values["data"], variable["name"]
+
+
+def test_recording_rules_produce_series(prometheus: Prometheus) -> None:
+    rules = (DASHBOARDS / "prometheus" / "recording.rules.yml").read_text()
+    names = re.findall(r"^\s*- record: (\S+)", rules, flags=re.MULTILINE)
+    assert len(names) == 6
+
+    def all_recorded() -> bool:
+        return all(prometheus.query(name)["data"]["result"] for name in names)
+
+    wait_for(all_recorded, 30, "every recording rule to produce a series")
