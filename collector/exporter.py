@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -79,6 +79,12 @@ HELP: dict[str, str] = {
     "burstscope_source_errors_total": "Failed opens, polls or files of a slow source.",
     "burstscope_scrape_duration_seconds": "How long the previous scrape took to build.",
     "burstscope_info": "burstscope version and source (value 1).",
+    "burstscope_mqtt_connected": "1 while the agent is connected to its MQTT broker.",
+    "burstscope_mqtt_spool_messages": "MQTT messages waiting for the broker, oldest first.",
+    "burstscope_mqtt_dropped_messages_total": "MQTT messages dropped, oldest first, because "
+    "the spool was full while the broker was unreachable.",
+    "burstscope_mqtt_published_messages_total": "MQTT messages the broker acknowledged "
+    "(QoS 1 PUBACK).",
 }
 
 _ERROR_COUNTERS = (
@@ -142,6 +148,8 @@ class BurstscopeCollector(Collector):
     def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
         self._snapshot = snapshot
         self._previous_scrape_seconds = 0.0
+        # Families owned by optional outputs (MQTT), built at scrape time like the rest.
+        self.extra_families: list[Callable[[], Iterable[Metric]]] = []
 
     def describe(self) -> Iterator[Metric]:
         # Nothing to describe up front: building families needs a snapshot, and
@@ -157,8 +165,11 @@ class BurstscopeCollector(Collector):
         self._health(out, snap)
         out.gauge("burstscope_scrape_duration_seconds", (), [], self._previous_scrape_seconds)
         out.gauge("burstscope_info", ("version", "source"), [__version__, snap.source], 1)
+        families = list(out.families.values())
+        for extra in self.extra_families:
+            families.extend(extra())
         self._previous_scrape_seconds = time.perf_counter() - started
-        return iter(out.families.values())
+        return iter(families)
 
     @staticmethod
     def _ports(out: _Families, snap: Snapshot) -> None:
