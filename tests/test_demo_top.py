@@ -1,0 +1,110 @@
+"""demo and top end to end: the simulated node through the real agent, a real terminal."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.test_agent import free_port, metric
+from tests.test_cli_core import assert_usage_error, burstscope
+
+
+def test_demo_json_reports_the_run_and_serves_metrics(tmp_path: Path) -> None:
+    port = free_port()
+    out = tmp_path / "run"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "burstscope",
+            "demo",
+            "--duration",
+            "6",
+            "--json",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(4)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        body = response.read().decode()
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    peak = (
+        'burstscope_port_peak_utilization_ratio{device="mlx5_0",direction="transmit",'
+        'port="1",window="15s"}'
+    )
+    assert metric(body, peak) >= 0.95
+    report = json.loads(stdout)
+    assert len(report["ports"]) == 18
+    rail = next(
+        p for p in report["ports"] if p["device"] == "mlx5_0" and p["direction"] == "transmit"
+    )
+    assert rail["line_rate_bytes_per_second"] == 50_000_000_000
+    assert rail["scales"]["0.001"]["max"] >= 0.95
+    assert rail["mean_utilization"] < 0.3
+    assert rail["bursts"]["count"] > 50
+    assert list(out.glob("part-*.parquet"))
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--profile", "llama"], "unknown profile 'llama'"),
+        (["--duration", "-3"], "--duration -3 must be positive"),
+        (["--duration", "1", "-o", "/proc/burstscope-demo"], "cannot write"),
+        (["--duration", "1", "--listen", "nowhere"], "is not ADDR:PORT"),
+    ],
+)
+def test_demo_bad_input(args: list[str], fragment: str) -> None:
+    assert_usage_error(burstscope("demo", *args), fragment)
+
+
+def test_top_prints_plain_lines_when_not_a_terminal() -> None:
+    result = burstscope("top", "--source", "sim:dense", "--duration", "2.5")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) >= 18
+    assert any("mlx5_0/1 transmit" in line and "peak15s=" in line for line in lines)
+
+
+def test_top_in_a_real_terminal_quits_on_q(tmp_path: Path) -> None:
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux is not installed: the terminal view is checked through it")
+    session = f"bs-top-{time.monotonic_ns()}"
+    done = tmp_path / "status"
+    # pytest exports COLUMNS; the view must size itself from the real terminal.
+    top = f"{sys.executable} -m burstscope top --source sim:moe"
+    command = f"env -u COLUMNS -u LINES {top}; echo $? > {done}"
+    subprocess.run(
+        [tmux, "new-session", "-d", "-s", session, "-x", "220", "-y", "40", command], check=True
+    )
+    try:
+        screen = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "mlx5_7/1" not in screen:
+            time.sleep(0.5)
+            screen = subprocess.run(
+                [tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True
+            ).stdout
+        assert "1 ms peak 15 s" in screen and "mlx5_7/1" in screen and "400 Gb/s" in screen
+        subprocess.run([tmux, "send-keys", "-t", session, "q"], check=True)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not done.exists():
+            time.sleep(0.2)
+        assert done.exists() and done.read_text().strip() == "0"
+    finally:
+        subprocess.run([tmux, "kill-session", "-t", session], capture_output=True)
