@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_binary
 from tests.test_agent import free_port, metric
 from tests.test_cli_core import assert_usage_error, burstscope
 
@@ -81,9 +81,7 @@ def test_top_prints_plain_lines_when_not_a_terminal() -> None:
 
 
 def test_top_in_a_real_terminal_quits_on_q(tmp_path: Path) -> None:
-    tmux = shutil.which("tmux")
-    if tmux is None:
-        pytest.skip("tmux is not installed: the terminal view is checked through it")
+    tmux = require_binary("tmux")
     session = f"bs-top-{time.monotonic_ns()}"
     done = tmp_path / "status"
     # pytest exports COLUMNS; the view must size itself from the real terminal.
