@@ -168,3 +168,22 @@ def test_provisioning_files() -> None:
     assert re.search(r"^apiVersion: 1$", providers, flags=re.MULTILINE)
     assert re.search(r"^\s+type: file$", providers, flags=re.MULTILINE)
     assert re.search(r"^\s+path: \S+", providers, flags=re.MULTILINE)
+
+
+def test_readme_metric_table_matches_exporter_help() -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(DASHBOARDS / "metrics_table.py"),
+            "--check",
+            str(DASHBOARDS / "README.md"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,129 @@
+"""Prometheus rules: promtool check and unit tests, and the conventions promtool cannot see.
+
+``promtool test rules`` runs dashboards/prometheus/tests/alerts.test.yml, in which every
+alert both fires and stays silent. The checks below make sure that stays true as alerts are
+added: every alert in alerts.rules.yml has a firing case and a silent case in the unit
+tests, carries summary, description and runbook annotations, and every recording rule is
+named level:metric:operations. (No YAML parser is a dependency: the rule files are ours
+and regular, so a few regular expressions read them.)
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from collector.exporter import HELP
+from tests.conftest import require_binary
+
+PROMETHEUS = Path(__file__).resolve().parent.parent / "dashboards" / "prometheus"
+RECORDING = PROMETHEUS / "recording.rules.yml"
+ALERTS = PROMETHEUS / "alerts.rules.yml"
+UNIT_TESTS = PROMETHEUS / "tests" / "alerts.test.yml"
+EXAMPLE = PROMETHEUS / "prometheus.example.yml"
+
+# level:metric:operations (prometheus.io/docs/practices/rules).
+RULE_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
+
+
+def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    binary = require_binary("promtool")
+    return subprocess.run(
+        [binary, *args], capture_output=True, text=True, timeout=60, cwd=cwd, check=False
+    )
+
+
+def alert_blocks() -> dict[str, str]:
+    """alert name -> the text of its rule, up to the next rule."""
+    text = ALERTS.read_text()
+    parts = re.split(r"^\s*- alert: ", text, flags=re.MULTILINE)[1:]
+    return {part.split("\n", 1)[0].strip(): part for part in parts}
+
+
+def recording_names() -> list[str]:
+    return re.findall(r"^\s*- record: (\S+)", RECORDING.read_text(), flags=re.MULTILINE)
+
+
+def metric_names(text: str) -> set[str]:
+    """burstscope metric names and recorded series named in rule expressions."""
+    exprs = "\n".join(re.findall(r"expr: \|?\n?((?:.*\n)*?)(?=\s*(?:for|labels|- record|$))", text))
+    return set(re.findall(r"\b(?:[a-z_]+:)?burstscope_[a-z0-9_]+(?::[a-z0-9_]+)?\b", exprs))
+
+
+def test_promtool_check_rules() -> None:
+    result = promtool("check", "rules", str(RECORDING), str(ALERTS))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 6 rules found" in result.stdout
+
+
+def test_promtool_unit_tests_pass() -> None:
+    result = promtool("test", "rules", UNIT_TESTS.name, cwd=UNIT_TESTS.parent)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_example_prometheus_config_is_valid() -> None:
+    result = promtool("check", "config", str(EXAMPLE))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ":9847" in EXAMPLE.read_text()  # the agent's documented default port
+
+
+def test_every_alert_is_unit_tested_firing_and_silent() -> None:
+    text = UNIT_TESTS.read_text()
+    cases = re.split(r"^\s*- alertname: ", text, flags=re.MULTILINE)[1:]
+    firing: set[str] = set()
+    silent: set[str] = set()
+    for case in cases:
+        name = case.split("\n", 1)[0].strip()
+        body = case.split("\n", 1)[1] if "\n" in case else ""
+        if re.search(r"exp_alerts:\s*\[\]", body):
+            silent.add(name)
+        elif "exp_labels" in body:
+            firing.add(name)
+    alerts = set(alert_blocks())
+    assert alerts == {
+        "BurstSaturation",
+        "HiddenBursts",
+        "CongestionDuringBursts",
+        "LinkFlap",
+        "LinkDegraded",
+        "AgentLagging",
+    }
+    assert alerts - firing == set(), "alerts without a firing unit test"
+    assert alerts - silent == set(), "alerts without a not-firing unit test"
+
+
+@pytest.mark.parametrize("alert", sorted(alert_blocks()))
+def test_alert_has_summary_description_runbook_and_severity(alert: str) -> None:
+    block = alert_blocks()[alert]
+    for key in ("summary", "description", "runbook"):
+        assert re.search(rf"^\s+{key}: ", block, flags=re.MULTILINE), f"{alert}: no {key}"
+    anchor = re.search(r"runbook: \"dashboards/README.md#([a-z]+):", block)
+    assert anchor is not None and anchor.group(1) == alert.lower()
+    readme = (PROMETHEUS.parent / "README.md").read_text()
+    assert f'<a id="{alert.lower()}"></a>' in readme, f"README has no runbook for {alert}"
+    severity = re.search(r"severity: (\w+)", block)
+    assert severity is not None
+    assert severity.group(1) == ("info" if alert == "HiddenBursts" else "warning")
+
+
+def test_recording_rules_are_named_level_metric_operations() -> None:
+    names = recording_names()
+    assert names, "no recording rules found"
+    assert len(names) == len(set(names))
+    for name in names:
+        assert RULE_NAME.match(name), f"{name} is not level:metric:operations"
+        assert "_total" not in name.split(":")[1], f"{name}: strip _total after rate()"
+
+
+def test_rules_use_only_exported_or_recorded_metrics() -> None:
+    known = set(recording_names())
+    for name in HELP:
+        known.add(name)
+        known.update({f"{name}_bucket", f"{name}_count", f"{name}_sum"})
+    used = metric_names(RECORDING.read_text()) | metric_names(ALERTS.read_text())
+    assert used, "no metric names found in the rule expressions"
+    assert used - known == set()
