@@ -1,6 +1,9 @@
 """The shared-memory ring: the sampler process writes one row per tick, other processes read.
 
-One writer, any number of readers, no locks. The writer fills row ``head % capacity`` and
+One writer, any number of readers, no locks. Each tick is one fixed-size record after the
+header (lateness, then the per-port columns, then status bytes), so the writer stores a
+tick with a single ``struct.pack_into`` and readers see the columns as strided numpy views.
+The writer fills row ``head % capacity`` and
 only then advances ``head``; a reader copies the rows it has not seen and, after copying,
 re-reads ``head`` to discard any row the writer may have overwritten meanwhile (those are
 counted as lost, never returned torn). Stores are ordered on x86-64 (TSO); on weaker
@@ -10,6 +13,7 @@ memory models a reader may, rarely, see a row a moment before it is complete.
 from __future__ import annotations
 
 import enum
+import struct
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any
@@ -46,6 +50,10 @@ class Field(enum.IntEnum):
     STARTED_NS = 17  # CLOCK_MONOTONIC at the first tick
 
 
+# Plain ints: numpy indexes with an int faster than with an IntEnum (the writer's hot path).
+_HEAD = int(Field.HEAD)
+
+
 class SamplerState(enum.IntEnum):
     STARTING = 0
     RUNNING = 1
@@ -70,6 +78,38 @@ class RingRows:
         return int(self.lateness_ns.shape[0])
 
 
+def _record_layout(ports: int) -> tuple[np.dtype[Any], struct.Struct]:
+    """One tick's record, as readers see it (numpy) and as the writer packs it (struct).
+
+    The int64 fields come first so each is 8-byte aligned; the status bytes come last,
+    padded so the next record is aligned too. Native byte order, no implicit padding.
+    """
+    padding = -ports % 8
+    packer = struct.Struct(f"=q{ports}q{ports}Q{ports}Q{ports}q{ports}B{padding}x")
+    layout = np.dtype(
+        {
+            "names": [
+                "lateness_ns",
+                "timestamp_ns",
+                "xmit_bytes",
+                "rcv_bytes",
+                "read_ns",
+                "status",
+            ],
+            "formats": [
+                np.int64,
+                (np.int64, (ports,)),
+                (np.uint64, (ports,)),
+                (np.uint64, (ports,)),
+                (np.int64, (ports,)),
+                (np.uint8, (ports,)),
+            ],
+            "itemsize": packer.size,
+        }
+    )
+    return layout, packer
+
+
 def capacity_for(interval_ns: int, seconds: float = 64.0) -> int:
     """Rows needed to hold at least ``seconds`` of ticks (the design asks for >= 60 s)."""
     return max(1024, int(seconds * 1e9 // interval_ns) + 1)
@@ -81,22 +121,30 @@ class Ring:
     def __init__(self, memory: shared_memory.SharedMemory, owner: bool) -> None:
         self._memory = memory
         self._owner = owner
-        self.header: npt.NDArray[Any] = np.ndarray(
-            (_HEADER_WORDS,), dtype=np.int64, buffer=memory.buf
-        )
+        buffer = memory.buf
+        if buffer is None:
+            raise ValueError(f"shared memory {memory.name!r} is closed")
+        self._buffer = buffer
+        self.header: npt.NDArray[Any] = np.ndarray((_HEADER_WORDS,), dtype=np.int64, buffer=buffer)
         if self.header[Field.MAGIC] != _MAGIC:
             raise ValueError(f"shared memory {memory.name!r} is not a burstscope ring")
         ports = int(self.header[Field.PORTS])
         capacity = int(self.header[Field.CAPACITY])
         self.ports = ports
         self.capacity = capacity
-        offset = _HEADER_WORDS * 8
-        self.timestamp_ns, offset = _view(memory, offset, (capacity, ports), np.int64)
-        self.xmit_bytes, offset = _view(memory, offset, (capacity, ports), np.uint64)
-        self.rcv_bytes, offset = _view(memory, offset, (capacity, ports), np.uint64)
-        self.read_ns, offset = _view(memory, offset, (capacity, ports), np.int64)
-        self.lateness_ns, offset = _view(memory, offset, (capacity,), np.int64)
-        self.status, offset = _view(memory, offset, (capacity, ports), np.uint8)
+        layout, packer = _record_layout(ports)
+        self._pack_into = packer.pack_into
+        self._record_bytes = packer.size
+        records: npt.NDArray[Any] = np.ndarray(
+            (capacity,), dtype=layout, buffer=buffer, offset=_HEADER_WORDS * 8
+        )
+        # [capacity, ports] views (lateness_ns: [capacity]) of the records' columns.
+        self.timestamp_ns: npt.NDArray[Any] = records["timestamp_ns"]
+        self.xmit_bytes: npt.NDArray[Any] = records["xmit_bytes"]
+        self.rcv_bytes: npt.NDArray[Any] = records["rcv_bytes"]
+        self.read_ns: npt.NDArray[Any] = records["read_ns"]
+        self.lateness_ns: npt.NDArray[Any] = records["lateness_ns"]
+        self.status: npt.NDArray[Any] = records["status"]
 
     @property
     def name(self) -> str:
@@ -104,7 +152,7 @@ class Ring:
 
     @classmethod
     def create(cls, ports: int, capacity: int) -> Ring:
-        size = _HEADER_WORDS * 8 + capacity * ports * (8 * 4 + 1) + capacity * 8
+        size = _HEADER_WORDS * 8 + capacity * _record_layout(ports)[1].size
         memory = shared_memory.SharedMemory(create=True, size=size)
         header = np.ndarray((_HEADER_WORDS,), dtype=np.int64, buffer=memory.buf)
         header[:] = 0
@@ -129,15 +177,19 @@ class Ring:
 
     def write(self, row: SampleRow, lateness_ns: int) -> None:
         """Writer side: one tick. The row becomes visible when ``head`` advances."""
-        head = int(self.header[Field.HEAD])
-        slot = head % self.capacity
-        self.timestamp_ns[slot] = row.timestamp_ns
-        self.xmit_bytes[slot] = row.xmit_bytes
-        self.rcv_bytes[slot] = row.rcv_bytes
-        self.read_ns[slot] = row.read_ns
-        self.status[slot] = row.status
-        self.lateness_ns[slot] = lateness_ns
-        self.header[Field.HEAD] = head + 1
+        header = self.header
+        head = int(header[_HEAD])
+        self._pack_into(
+            self._buffer,
+            _HEADER_WORDS * 8 + head % self.capacity * self._record_bytes,
+            lateness_ns,
+            *row.timestamp_ns,
+            *row.xmit_bytes,
+            *row.rcv_bytes,
+            *row.read_ns,
+            *row.status,
+        )
+        header[_HEAD] = head + 1
 
     def read_since(self, cursor: int) -> tuple[int, RingRows]:
         """Reader side: the rows written since ``cursor``; returns the new cursor."""
@@ -181,13 +233,3 @@ class Ring:
         self._memory.close()
         if self._owner:
             self._memory.unlink()
-
-
-def _view(
-    memory: shared_memory.SharedMemory,
-    offset: int,
-    shape: tuple[int, ...],
-    dtype: type[np.generic],
-) -> tuple[npt.NDArray[Any], int]:
-    array: npt.NDArray[Any] = np.ndarray(shape, dtype=dtype, buffer=memory.buf, offset=offset)
-    return array, offset + array.nbytes
