@@ -45,6 +45,7 @@ class PairedFileReader:
 
     def __init__(self, files: tuple[CounterFiles, ...]) -> None:
         self._files = files
+        self._scales = tuple(port.bytes_per_unit for port in files)
         count = len(files)
         self._xmit_fd = [-1] * count
         self._rcv_fd = [-1] * count
@@ -89,12 +90,15 @@ class PairedFileReader:
         self._backoff[index] = min(self._backoff[index] * 2, _MAX_RETRY_NS)
 
     def read_into(self, row: SampleRow) -> None:
+        # The hot path: every name the loop uses is a local, so each port costs its two
+        # preads, two clock reads and a few list stores, not attribute and global lookups.
         pread = os.pread
         clock = time.monotonic_ns
         timestamps, xmit, rcv = row.timestamp_ns, row.xmit_bytes, row.rcv_bytes
         durations, status = row.read_ns, row.status
-        for index, files in enumerate(self._files):
-            xmit_fd = self._xmit_fd[index]
+        xmit_fds, rcv_fds, next_status = self._xmit_fd, self._rcv_fd, self._next_status
+        for index, scale in enumerate(self._scales):
+            xmit_fd = xmit_fds[index]
             if xmit_fd < 0:
                 now = clock()
                 if now < self._retry_at[index] or not self._reopen(index):
@@ -102,12 +106,12 @@ class PairedFileReader:
                     status[index] = STATUS_MISSING
                     continue
                 self.reopens[index] += 1
-                xmit_fd = self._xmit_fd[index]
+                xmit_fd = xmit_fds[index]
             before = clock()
             try:
                 # int() accepts b"123\n"; b"N/A (no PMA)" raises ValueError like a failed read.
                 x = int(pread(xmit_fd, _READ_BYTES, 0))
-                r = int(pread(self._rcv_fd[index], _READ_BYTES, 0))
+                r = int(pread(rcv_fds[index], _READ_BYTES, 0))
             except (OSError, ValueError) as exc:
                 after = clock()
                 self._close(index)
@@ -118,13 +122,18 @@ class PairedFileReader:
                 continue
             after = clock()
             timestamps[index] = (before + after) >> 1
-            scale = files.bytes_per_unit
             xmit[index] = x * scale
             rcv[index] = r * scale
             durations[index] = after - before
-            status[index] = self._next_status[index]
-            self._next_status[index] = STATUS_OK
-            self._backoff[index] = _FIRST_RETRY_NS
+            if next_status[index] == STATUS_OK:
+                status[index] = STATUS_OK
+            else:
+                # First good read after a (re)open. Backoff only grows after a failure,
+                # and every failure is followed by a reopen, so this is the one place to
+                # reset it.
+                status[index] = next_status[index]
+                next_status[index] = STATUS_OK
+                self._backoff[index] = _FIRST_RETRY_NS
 
 
 class FileCounterSource:
