@@ -18,6 +18,14 @@ from burstscope.errors import UsageError
 from collector.config import AgentConfig, ConfigError, load_config
 from collector.exporter import BurstscopeCollector
 from collector.http import DEFAULT_LISTEN, HttpError, MetricsServer, TlsConfig
+from collector.mqtt import (
+    MqttHandle,
+    MqttSettings,
+    MqttSettingsError,
+    add_mqtt_arguments,
+    attach_mqtt,
+    mqtt_settings_from_args,
+)
 from collector.pipeline import Pipeline
 from collector.sampler import SamplerConfig, SamplerError, parse_interval
 from collector.slow_poller import slow_sources_for
@@ -48,6 +56,7 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tls-client-ca", metavar="FILE", help="require client certificates signed by this CA"
     )
+    add_mqtt_arguments(parser)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +70,7 @@ class AgentSettings:
     tls: TlsConfig | None
     slow_interval_seconds: float
     sysfs_root: str
+    mqtt: MqttSettings | None = None  # --mqtt: publish burst and link events
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
@@ -122,7 +132,15 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         tls=TlsConfig(cert, key, client_ca) if cert is not None else None,
         slow_interval_seconds=config.get("source", "slow_interval", 1.0),
         sysfs_root=args.sysfs_root,
+        mqtt=_mqtt_settings(args, config),
     )
+
+
+def _mqtt_settings(args: argparse.Namespace, config: AgentConfig) -> MqttSettings | None:
+    try:
+        return mqtt_settings_from_args(args, config.get)
+    except MqttSettingsError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def slow_sources(settings: AgentSettings) -> list[SlowSource]:
@@ -160,7 +178,9 @@ class Agent:
             trace,
         )
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(BurstscopeCollector(self.pipeline.snapshot))
+        self.collector = BurstscopeCollector(self.pipeline.snapshot)
+        self.registry.register(self.collector)
+        self.mqtt: MqttHandle | None = None
         self.server: MetricsServer | None = None
 
     def start(self) -> None:
@@ -174,8 +194,19 @@ class Agent:
         except SamplerError as exc:
             self.server.close()
             raise UsageError(f"sampler failed to start: {exc}") from None
+        if self.settings.mqtt is not None:
+            self.mqtt = attach_mqtt(self.pipeline, self.settings.mqtt, self.collector)
+            try:
+                self.mqtt.start()  # bad credentials: fatal; an unreachable broker is not
+            except MqttSettingsError as exc:
+                self.mqtt = None
+                self.pipeline.close()
+                self.server.close()
+                raise UsageError(str(exc)) from None
 
     def stop(self) -> None:
+        if self.mqtt is not None:
+            self.mqtt.stop()  # publishes the offline status while the pipeline still runs
         self.pipeline.close()
         if self.server is not None:
             self.server.close()

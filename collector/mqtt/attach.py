@@ -1,0 +1,298 @@
+"""Runs the MQTT publisher beside a pipeline: its own event loop thread, fed through a queue.
+
+``attach_mqtt(pipeline, settings, collector)`` returns a handle; ``start()`` after the
+pipeline, ``stop()`` before it. The pipeline thread only converts closed bursts to plain
+records and puts them on a thread-safe queue: it never waits on the network. The event
+loop thread applies the rate policy, derives link events from snapshots once a second,
+numbers and spools the messages, and delivers them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from burstscope import __version__
+from collector.mqtt.messages import (
+    Identity,
+    LinkEventDeriver,
+    burst_payload,
+    port_topic,
+    readings_from_snapshot,
+    summary_payload,
+)
+from collector.mqtt.policy import (
+    BurstRecord,
+    PolicyState,
+    RatePolicy,
+    apply_policy,
+    flush,
+)
+from collector.mqtt.settings import MqttSettings, MqttSettingsError
+from collector.mqtt.spool import open_spool
+
+if TYPE_CHECKING:
+    from collector.exporter import BurstscopeCollector
+    from collector.mqtt.publisher import MqttPublisher, Outcome, PublisherStats
+    from collector.pipeline import Pipeline
+    from collector.sources.base import PortSpec
+    from detectors.bursts import Bursts
+
+_LOG = logging.getLogger("burstscope.mqtt")
+INTAKE_SECONDS = 0.1
+LINK_POLL_SECONDS = 1.0
+PortDirection = tuple[str, int, str]
+
+
+def records_from_bursts(bursts: Bursts) -> list[BurstRecord]:
+    return [
+        BurstRecord(int(s), int(e), int(b), float(p), float(m))
+        for s, e, b, p, m in zip(
+            bursts.start_ns.tolist(),
+            bursts.end_ns.tolist(),
+            bursts.bytes.tolist(),
+            bursts.peak_utilization.tolist(),
+            bursts.mean_utilization.tolist(),
+            strict=True,
+        )
+    ]
+
+
+class MqttHandle:
+    """The publisher thread of one agent (or demo) run."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        settings: MqttSettings,
+        collector: BurstscopeCollector | None = None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.settings = settings
+        self.collector = collector
+        self.policy = RatePolicy(settings.merge_gap_ns, settings.max_events_per_second)
+        run = time.time_ns()
+        self.identity = Identity(
+            host=settings.node,
+            run=run,
+            version=__version__,
+            start_time=run / 1e9,
+            ports=tuple((p.device, p.port) for p in pipeline.source.ports),
+            threshold=pipeline.thresholds.burst,
+        )
+        self.stats: PublisherStats | None = None
+        self._queue: queue.SimpleQueue[tuple[PortDirection, list[BurstRecord]]] = (
+            queue.SimpleQueue()
+        )
+        self._policies: dict[PortDirection, PolicyState] = {}
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._first = threading.Event()
+        self._first_outcome: tuple[Outcome, str] | None = None
+        self._failure: BaseException | None = None
+
+    # -- the pipeline thread's side -------------------------------------------------
+    def on_bursts(self, spec: PortSpec, direction: str, bursts: Bursts) -> None:
+        """A pipeline BurstListener: hand closed bursts over, never block."""
+        self._queue.put(((spec.device, spec.port, direction), records_from_bursts(bursts)))
+
+    def submit(self, device: str, port: int, direction: str, records: list[BurstRecord]) -> None:
+        """Hand bursts over directly (tests, replay): same path as the listener."""
+        self._queue.put(((device, port, direction), records))
+
+    # -- lifecycle ------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the thread and try the broker briefly.
+
+        Raises MqttSettingsError (one line, meant for exit status 2) when the broker refuses
+        the credentials or certificate, the spool cannot be opened or aiomqtt is missing; an
+        unreachable broker is not an error: messages wait in the spool.
+        """
+        try:
+            from collector.mqtt.publisher import PublisherStats
+        except ImportError:
+            raise MqttSettingsError(
+                "--mqtt needs aiomqtt: pip install 'burstscope[mqtt]'"
+            ) from None
+        try:
+            spool = open_spool(self.settings.spool_dir, self.settings.spool_messages)
+        except (OSError, ValueError) as exc:
+            raise MqttSettingsError(
+                f"cannot open MQTT spool in {self.settings.spool_dir}: {exc}"
+            ) from None
+        self.stats = PublisherStats()
+        self._thread = threading.Thread(
+            target=self._thread_main, args=(spool,), name="burstscope-mqtt", daemon=True
+        )
+        self._thread.start()
+        self._ready.wait(5)
+        if self._failure is not None:
+            raise MqttSettingsError(f"MQTT publisher failed to start: {self._failure}")
+        self._first.wait(self.settings.connect_check_seconds)
+        outcome = self._first_outcome
+        if outcome is not None and outcome[0].value == "refused":
+            self.stop()
+            raise MqttSettingsError(
+                f"MQTT broker {self.settings.endpoint} refused us: {outcome[1]}"
+            )
+        if outcome is None or outcome[0].value != "connected":
+            _LOG.warning(
+                "MQTT broker %s not reachable yet; spooling up to %d messages meanwhile",
+                self.settings.endpoint,
+                self.settings.spool_messages,
+            )
+        self.pipeline.listeners.append(self.on_bursts)
+        if self.collector is not None:
+            self.collector.extra_families.append(self.families)
+
+    def stop(self) -> None:
+        """Flush what the policy holds, deliver briefly, publish offline, end the thread."""
+        with contextlib.suppress(ValueError):
+            self.pipeline.listeners.remove(self.on_bursts)
+        if self._thread is None:
+            return
+        if self._loop is not None and self._stop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(self.settings.stop_flush_seconds * 2 + 5)
+        self._thread = None
+
+    def _thread_main(self, spool: Any) -> None:
+        try:
+            asyncio.run(self._main(spool))
+        except BaseException as exc:  # report to start(); the agent keeps sampling
+            self._failure = exc
+            _LOG.exception("MQTT publisher stopped")
+        finally:
+            self._ready.set()
+            self._first.set()
+
+    def _on_first_attempt(self, outcome: Outcome, detail: str) -> None:
+        self._first_outcome = (outcome, detail)
+        self._first.set()
+
+    async def _main(self, spool: Any) -> None:
+        from collector.mqtt.publisher import MqttPublisher
+
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        assert self.stats is not None
+        try:
+            publisher = MqttPublisher(
+                self.settings, spool, self.identity, self.stats, self._on_first_attempt
+            )
+        except MqttSettingsError as exc:
+            self._failure = exc
+            return
+        finally:
+            self._ready.set()
+        async with publisher:
+            publisher.spawn(self._intake(publisher), "mqtt-intake")
+            publisher.spawn(self._link_events(publisher), "mqtt-link-events")
+            await self._stop.wait()
+
+    # -- event loop tasks -----------------------------------------------------------
+    async def _intake(self, publisher: MqttPublisher) -> None:
+        while True:
+            closing = publisher.closing.is_set()
+            fresh: dict[PortDirection, list[BurstRecord]] = {}
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    key, records = self._queue.get_nowait()
+                    fresh.setdefault(key, []).extend(records)
+            now_ns = time.time_ns()
+            outgoing: list[tuple[str, dict[str, Any]]] = []
+            for key in sorted(set(self._policies) | set(fresh)):
+                state = self._policies.get(key, PolicyState())
+                state, out = apply_policy(self.policy, state, fresh.get(key, []), now_ns)
+                if closing:
+                    state, rest = flush(self.policy, state)
+                    out.extend(rest)
+                self._policies[key] = state
+                device, port, direction = key
+                topic = port_topic(self.identity.host, device, port, "burst")
+                for item in out:
+                    payload = (
+                        burst_payload(self.identity, device, port, direction, item)
+                        if isinstance(item, BurstRecord)
+                        else summary_payload(self.identity, device, port, direction, item)
+                    )
+                    outgoing.append((topic, payload))
+            if outgoing:
+                outgoing.sort(key=lambda item: int(item[1]["end_ns"]))
+                publisher.enqueue(outgoing)
+            if closing:
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(INTAKE_SECONDS):
+                    await publisher.closing.wait()
+
+    async def _link_events(self, publisher: MqttPublisher) -> None:
+        deriver = LinkEventDeriver()
+        while not publisher.closing.is_set():
+            try:
+                readings = readings_from_snapshot(self.pipeline.snapshot())
+            except Exception:  # a snapshot failure must not end publishing
+                _LOG.exception("snapshot for MQTT link events failed")
+                readings = {}
+            events = deriver.update(readings, time.time_ns()) if readings else []
+            if events:
+                publisher.enqueue(
+                    [
+                        (
+                            port_topic(self.identity.host, e.device, e.port, "event"),
+                            e.payload(self.identity),
+                        )
+                        for e in events
+                    ]
+                )
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(LINK_POLL_SECONDS):
+                    await publisher.closing.wait()
+
+    # -- metrics --------------------------------------------------------------------
+    def families(self) -> Iterable[Metric]:
+        """The publisher's metric families, for BurstscopeCollector.extra_families."""
+        from collector.exporter import HELP
+
+        stats = self.stats
+        if stats is None:
+            return []
+        connected = GaugeMetricFamily(
+            "burstscope_mqtt_connected",
+            HELP["burstscope_mqtt_connected"],
+            value=1.0 if stats.connected else 0.0,
+        )
+        depth = GaugeMetricFamily(
+            "burstscope_mqtt_spool_messages",
+            HELP["burstscope_mqtt_spool_messages"],
+            value=stats.spool_depth,
+        )
+        dropped = CounterMetricFamily(
+            "burstscope_mqtt_dropped_messages",
+            HELP["burstscope_mqtt_dropped_messages_total"],
+            value=stats.dropped,
+        )
+        published = CounterMetricFamily(
+            "burstscope_mqtt_published_messages",
+            HELP["burstscope_mqtt_published_messages_total"],
+            value=stats.published,
+        )
+        return [connected, depth, dropped, published]
+
+
+def attach_mqtt(
+    pipeline: Pipeline, settings: MqttSettings, collector: BurstscopeCollector | None = None
+) -> MqttHandle:
+    """The publisher for a pipeline: start() after pipeline.start(), stop() before close()."""
+    return MqttHandle(pipeline, settings, collector)
