@@ -33,8 +33,8 @@ PORT_DIRECTION = ("device", "port", "direction")
 HELP: dict[str, str] = {
     "burstscope_port_data_bytes_total": "Bytes carried, as last read by the 1 ms sampler "
     "(counters/port_{xmit,rcv}_data x 4 octets, or netdev statistics for netdev sources).",
-    "burstscope_port_line_rate_bytes_per_second": "Line rate of the port (sysfs rate, "
-    "class/net/IF/speed or --line-rate).",
+    "burstscope_port_line_rate_bytes_per_second": "Line rate of the port as last read "
+    "(sysfs rate, re-read every second; class/net/IF/speed or --line-rate for netdev).",
     "burstscope_port_utilization_ratio": "Per-sample utilization (bytes per second over "
     "line rate, one observation per sampling interval, 1 ms by default): 1 - "
     'bucket{le="0.9"}/count is the share of milliseconds at or above 90%.',
@@ -43,7 +43,8 @@ HELP: dict[str, str] = {
     "burstscope_port_bursts_total": "Bursts that ended: maximal runs of samples above the "
     "burst threshold (50% of line rate by default, after Zhang et al., IMC 2017).",
     "burstscope_port_burst_bytes_total": "Bytes carried inside bursts that ended.",
-    "burstscope_port_burst_duration_seconds": "Durations of bursts that ended.",
+    "burstscope_port_burst_duration_seconds": "Durations of bursts that ended, both "
+    "directions of the port together.",
     "burstscope_port_saturated_seconds_total": "Time at or above the saturation threshold "
     "(90% of line rate by default).",
     "burstscope_port_hidden_saturated_seconds_total": "Saturated time inside 15 s "
@@ -63,8 +64,6 @@ HELP: dict[str, str] = {
     "name (np_cnp_sent, rp_cnp_handled, rp_cnp_ignored, np_ecn_marked_roce_packets).",
     "burstscope_port_pfc_pause_frames_total": "PFC pause frames per priority and direction "
     "(ethtool {rx,tx}_prio<N>_pause).",
-    "burstscope_port_pfc_pause_duration_seconds_total": "PFC pause duration per priority and "
-    "direction (ethtool {rx,tx}_prio<N>_pause_duration, microseconds on mlx5).",
     "burstscope_sampler_ticks_total": "Ticks the sampler ran.",
     "burstscope_sampler_missed_ticks_total": "Deadlines the sampler skipped because it was "
     "more than a whole interval late.",
@@ -99,7 +98,9 @@ _CONGESTION_COUNTERS = (
     "rp_cnp_ignored",
     "np_ecn_marked_roce_packets",
 )
-_PFC = re.compile(r"^(rx|tx)_prio(\d)_(pause|pause_duration)$")
+# mlx5 exports pause counters only for PFC-enabled priorities (mlx5 counters.rst); the
+# pause durations are left out to keep a RoCE port under 60 series.
+_PFC = re.compile(r"^(rx|tx)_prio(\d)_pause$")
 
 
 def _bound(value: float) -> str:
@@ -173,9 +174,18 @@ class BurstscopeCollector(Collector):
 
     @staticmethod
     def _ports(out: _Families, snap: Snapshot) -> None:
+        # The rate re-read every second shows a link that retrained to a lower speed
+        # (LinkDegraded); the rate found at start is the fallback.
+        current = {
+            (state.device, state.port): state.value
+            for state in (snap.slow.counters.values() if snap.slow is not None else ())
+            if state.name == "rate_bytes_per_second"
+        }
         for port in snap.ports:
             key = [port.spec.device, str(port.spec.port)]
-            rate = port.spec.line_rate_bytes_per_second
+            rate = current.get(
+                (port.spec.device, port.spec.port), port.spec.line_rate_bytes_per_second
+            )
             out.gauge("burstscope_port_line_rate_bytes_per_second", PORT, key, rate)
             resets = 0
             for direction in DIRECTIONS:
@@ -205,13 +215,6 @@ class BurstscopeCollector(Collector):
                 out.counter(
                     "burstscope_port_burst_bytes_total", PORT_DIRECTION, labels, live.burst_bytes
                 )
-                out.histogram(
-                    "burstscope_port_burst_duration_seconds",
-                    PORT_DIRECTION,
-                    labels,
-                    _buckets(BURST_DURATION_BUCKETS_SECONDS, live.burst_duration_buckets.tolist()),
-                    live.burst_seconds_sum,
-                )
                 out.counter(
                     "burstscope_port_saturated_seconds_total",
                     PORT_DIRECTION,
@@ -224,6 +227,19 @@ class BurstscopeCollector(Collector):
                     labels,
                     view.hidden_saturated_seconds,
                 )
+            # One burst-duration histogram per port, both directions together: per
+            # direction it would take the port past 60 series.
+            transmit, receive = (port.directions[d].live for d in DIRECTIONS)
+            out.histogram(
+                "burstscope_port_burst_duration_seconds",
+                PORT,
+                key,
+                _buckets(
+                    BURST_DURATION_BUCKETS_SECONDS,
+                    (transmit.burst_duration_buckets + receive.burst_duration_buckets).tolist(),
+                ),
+                transmit.burst_seconds_sum + receive.burst_seconds_sum,
+            )
             out.counter("burstscope_port_data_resets_total", PORT, key, resets)
             out.counter("burstscope_port_failed_reads_total", PORT, key, port.failed_reads)
 
@@ -252,21 +268,12 @@ class BurstscopeCollector(Collector):
                 )
             elif (match := _PFC.match(name)) is not None:
                 direction = "receive" if match.group(1) == "rx" else "transmit"
-                labels = [*key, direction, match.group(2)]
-                if match.group(3) == "pause":
-                    out.counter(
-                        "burstscope_port_pfc_pause_frames_total",
-                        (*PORT_DIRECTION, "priority"),
-                        labels,
-                        value,
-                    )
-                else:
-                    out.counter(
-                        "burstscope_port_pfc_pause_duration_seconds_total",
-                        (*PORT_DIRECTION, "priority"),
-                        labels,
-                        value / 1e6,
-                    )
+                out.counter(
+                    "burstscope_port_pfc_pause_frames_total",
+                    (*PORT_DIRECTION, "priority"),
+                    [*key, direction, match.group(2)],
+                    value,
+                )
 
     @staticmethod
     def _health(out: _Families, snap: Snapshot) -> None:

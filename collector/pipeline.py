@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,7 +23,7 @@ import numpy.typing as npt
 
 from collector.consumer import RingReader
 from collector.ring import Field, Ring
-from collector.sampler import Sampler, SamplerConfig
+from collector.sampler import Sampler, SamplerConfig, SamplerError
 from collector.slow_poller import SlowPoller, SlowSnapshot
 from collector.sources.base import CounterSource, PortSpec, SlowSource
 from collector.trace import TraceWriter
@@ -117,6 +119,9 @@ class Pipeline:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._requests: queue.SimpleQueue[tuple[Callable[[], None], Future[None]]] = (
+            queue.SimpleQueue()
+        )
         self._reader: RingReader | None = None
         self._ring: Ring | None = None
         self._now_ns = 0
@@ -124,6 +129,9 @@ class Pipeline:
         self._lateness_sum = 0.0
         self._reads = np.zeros(len(TIMING_BUCKETS_SECONDS) + 1, dtype=np.int64)
         self._read_sum = 0.0
+        # What readers see: rebuilt by every drain, immutable, swapped in under the lock.
+        self._views = tuple(self._view(state) for state in self._ports)
+        self._views_now_ns = 0
 
     def _new_port(self, spec: PortSpec) -> _PortState:
         analyzers = {
@@ -152,6 +160,7 @@ class Pipeline:
 
     def _run(self) -> None:
         while not self._stop.wait(DRAIN_SECONDS):
+            self._run_requests()
             try:
                 self.drain()
             except Exception:  # keep serving; the failure shows in the log and health
@@ -161,28 +170,31 @@ class Pipeline:
         """Move whatever the sampler wrote since the last drain through the detectors."""
         assert self._reader is not None
         reader = self._reader
+        # Only this thread touches the analyzers, so feeding needs no lock; readers see
+        # the views built below, swapped in whole under the lock.
+        missing_before = list(reader.missing_by_port)
+        columns, lateness, read_ns = reader.poll_with_timing()
+        if self.trace is not None:
+            self.trace.append(columns)
+        closed: list[tuple[PortSpec, str, Bursts]] = []
+        for index, (state, port) in enumerate(zip(self._ports, columns, strict=True)):
+            state.failed_reads += reader.missing_by_port[index] - missing_before[index]
+            if not port.timestamp_ns.size:
+                continue
+            self._now_ns = max(self._now_ns, int(port.timestamp_ns[-1]))
+            for direction, values in (
+                ("transmit", port.xmit_bytes),
+                ("receive", port.rcv_bytes),
+            ):
+                chunk = state.analyzers[direction].feed(port.timestamp_ns, values, port.rebaseline)
+                state.live[direction].update(chunk)
+                state.latest[direction] = int(values[-1])
+                if len(chunk.bursts):
+                    closed.append((state.spec, direction, chunk.bursts))
+        views = tuple(self._view(state) for state in self._ports)
         with self._lock:
-            missing_before = list(reader.missing_by_port)
-            columns, lateness, read_ns = reader.poll_with_timing()
-            if self.trace is not None:
-                self.trace.append(columns)
-            closed: list[tuple[PortSpec, str, Bursts]] = []
-            for index, (state, port) in enumerate(zip(self._ports, columns, strict=True)):
-                state.failed_reads += reader.missing_by_port[index] - missing_before[index]
-                if not port.timestamp_ns.size:
-                    continue
-                self._now_ns = max(self._now_ns, int(port.timestamp_ns[-1]))
-                for direction, values in (
-                    ("transmit", port.xmit_bytes),
-                    ("receive", port.rcv_bytes),
-                ):
-                    chunk = state.analyzers[direction].feed(
-                        port.timestamp_ns, values, port.rebaseline
-                    )
-                    state.live[direction].update(chunk)
-                    state.latest[direction] = int(values[-1])
-                    if len(chunk.bursts):
-                        closed.append((state.spec, direction, chunk.bursts))
+            self._views = views
+            self._views_now_ns = self._now_ns
             if lateness.size:
                 seconds = lateness / 1e9
                 self._lateness += cumulative_counts(seconds, TIMING_BUCKETS_SECONDS)
@@ -197,7 +209,7 @@ class Pipeline:
 
     def snapshot(self) -> Snapshot:
         with self._lock:
-            ports = tuple(self._view(state) for state in self._ports)
+            ports = self._views
             ring = self._ring
             health = Health(
                 ticks=ring.get(Field.TICKS) if ring else 0,
@@ -213,7 +225,7 @@ class Pipeline:
                 read_sum_seconds=self._read_sum,
                 heartbeat_ns=ring.get(Field.HEARTBEAT_NS) if ring else 0,
             )
-            now = self._now_ns
+            now = self._views_now_ns
         slow = self.slow.snapshot() if self.slow is not None else None
         return Snapshot(self.source.name, now, ports, health, slow, self.thresholds)
 
@@ -249,6 +261,100 @@ class Pipeline:
     def close(self) -> None:
         self.stop()
         self.sampler.close()
+
+    # -- live reconfiguration (SIGHUP) ----------------------------------------------
+    # Only the pipeline thread feeds the analyzers, so changes to them run there too,
+    # between two drains; the caller waits for the outcome.
+    def _in_pipeline_thread(self, change: Callable[[], None], timeout: float = 30.0) -> None:
+        if self._thread is None:
+            change()
+            return
+        done: Future[None] = Future()
+        self._requests.put((change, done))
+        done.result(timeout)
+
+    def _run_requests(self) -> None:
+        while True:
+            try:
+                change, done = self._requests.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                change()
+            except BaseException as exc:
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+
+    def retune(self, thresholds: Thresholds) -> None:
+        """Classify samples from now on with new thresholds; every running total is kept."""
+
+        def change() -> None:
+            for state in self._ports:
+                for analyzer in state.analyzers.values():
+                    analyzer.retune(thresholds)
+            self.thresholds = thresholds
+
+        self._in_pipeline_thread(change)
+
+    def replace_source(
+        self,
+        source: CounterSource,
+        slow_sources: Sequence[SlowSource] = (),
+        slow_interval_seconds: float = 1.0,
+    ) -> None:
+        """Sample a new port set: restart the sampler process, keep kept ports' detectors.
+
+        Ports present before and after keep their analyzers, so their exported counters
+        stay monotonic across the restart (the pause is one long interval, a gap if over
+        max_gap). Raises SamplerError, with the old port set sampled again, if the new
+        sampler cannot start; ValueError while a recording is open (its columns are fixed).
+        """
+        if self.trace is not None:
+            raise ValueError("a recording is open and its port set cannot change")
+        if self._reader is None:
+            raise RuntimeError("start() first")
+        self._in_pipeline_thread(lambda: self._replace_source(source))
+        if self.slow is not None:
+            with contextlib.suppress(Exception):
+                self.slow.stop()
+        # Slow counters' increments restart from the new poller's first poll.
+        self.slow = SlowPoller(slow_sources, slow_interval_seconds) if slow_sources else None
+        if self.slow is not None:
+            self.slow.start()
+
+    def _replace_source(self, source: CounterSource) -> None:
+        self.sampler.stop()
+        self.drain()  # the old sampler's last rows
+        candidate = Sampler(source, self.sampler.config)
+        try:
+            ring = candidate.start()
+        except SamplerError:
+            candidate.close()
+            previous = Sampler(self.source, self.sampler.config)
+            self._swap(previous, self.source, previous.start())
+            raise
+        self._swap(candidate, source, ring)
+
+    def _swap(self, sampler: Sampler, source: CounterSource, ring: Ring) -> None:
+        kept = {
+            (s.spec.device, s.spec.port, s.spec.line_rate_bytes_per_second): s for s in self._ports
+        }
+        ports = [
+            kept.get((spec.device, spec.port, spec.line_rate_bytes_per_second))
+            or self._new_port(spec)
+            for spec in source.ports
+        ]
+        views = tuple(self._view(state) for state in ports)
+        with self._lock:
+            old = self.sampler
+            self._ports = ports
+            self._views = views
+            self.source = source
+            self.sampler = sampler
+            self._ring = ring
+            self._reader = RingReader(ring, source.ports)
+            old.close()
 
 
 def wait_for_first_sample(pipeline: Pipeline, timeout: float = 10.0) -> bool:

@@ -434,24 +434,27 @@ def port_drilldown() -> Json:
         panel(
             "timeseries",
             "Burst duration",
-            "Mean and p99 duration of the bursts that ended in the rate interval.",
+            "Mean and p99 duration of the bursts that ended in the rate interval "
+            "(both directions of a port: the histogram is per port).",
             [
                 target(
-                    rate_of.format(name="burstscope_port_burst_duration_seconds_sum", sel=DRILL)
+                    rate_of.format(
+                        name="burstscope_port_burst_duration_seconds_sum", sel=DRILL_PORT
+                    )
                     + "\n  /\n"
                     + rate_of.format(
-                        name="burstscope_port_burst_duration_seconds_count", sel=DRILL
+                        name="burstscope_port_burst_duration_seconds_count", sel=DRILL_PORT
                     ),
-                    legend + " mean",
+                    "{{device}}/{{port}} mean",
                     "A",
                 ),
                 target(
                     "histogram_quantile(0.99, "
                     + rate_of.format(
-                        name="burstscope_port_burst_duration_seconds_bucket", sel=DRILL
+                        name="burstscope_port_burst_duration_seconds_bucket", sel=DRILL_PORT
                     )
                     + ")",
-                    legend + " p99",
+                    "{{device}}/{{port}} p99",
                     "B",
                 ),
             ],
@@ -534,21 +537,6 @@ def port_drilldown() -> Json:
                 )
             ],
             "ops",
-            (8, 8),
-        ),
-        panel(
-            "timeseries",
-            "PFC pause duration",
-            "Share of time paused by PFC, by priority and direction.",
-            [
-                target(
-                    rate_of.format(
-                        name="burstscope_port_pfc_pause_duration_seconds_total", sel=DRILL
-                    ),
-                    "{{device}}/{{port}} {{direction}} prio {{priority}}",
-                )
-            ],
-            "percentunit",
             (8, 8),
         ),
         row("Link"),

@@ -57,7 +57,6 @@ def _families() -> dict[str, tuple[str, list[str]]]:
         "symbol_error",
         "np_cnp_sent",
         "rx_prio3_pause",
-        "rx_prio3_pause_duration",
     ]
     counters = {
         ("mlx5_0", 1, name): CounterState("port_slow", "mlx5_0", 1, name, 0, 0, 0, False, 0)

@@ -103,10 +103,7 @@ def test_every_help_family_is_declared_once(fixture_scrape: str) -> None:
     # PFC families need ethtool on a real netdev, which the fixture tree cannot provide;
     # MQTT families appear only when the agent publishes to a broker.
     absent = {name for name in set(HELP) - set(helps) if not name.startswith("burstscope_mqtt_")}
-    assert absent == {
-        "burstscope_port_pfc_pause_frames_total",
-        "burstscope_port_pfc_pause_duration_seconds_total",
-    }
+    assert absent == {"burstscope_port_pfc_pause_frames_total"}
     assert set(helps) - set(HELP) == set()
 
 
@@ -126,17 +123,14 @@ def test_promtool_check_metrics_is_clean(
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 4 budget: a RoCE port with CNP/ECN counters exports 64 series (53 from the "
-    "1 ms path + state, link_downed, xmit_wait, 4 errors, 4 congestion); PFC would add 32 more",
-)
 @pytest.mark.parametrize("which", ["fixture", "nine_ports"])
 def test_series_budget_per_port(which: str, fixture_scrape: str, nine_port_scrape: str) -> None:
     body = fixture_scrape if which == "fixture" else nine_port_scrape
     counts = series_per_port(body)
     assert len(counts) == (3 if which == "fixture" else 9)
-    over = {port: count for port, count in counts.items() if count > SERIES_BUDGET_PER_PORT}
+    # Room is left for the PFC pause counters of one enabled priority (receive, transmit),
+    # which only a real mlx5 netdev provides.
+    over = {port: n for port, n in counts.items() if n + 2 > SERIES_BUDGET_PER_PORT}
     assert over == {}
 
 
