@@ -24,9 +24,12 @@ system-packages:
 test: setup system-packages
 	$(BIN)/python -m pytest -q
 
+# Each benchmark prints one JSON line (sampler: one per configuration) and compares
+# against a reference measured in the same run.
+BENCHMARKS ?= sampler detectors simulate demo exporter
+
 bench: setup
-	$(BIN)/python bench/sampler.py --json
-	$(BIN)/python bench/detectors.py --json
+	@for name in $(BENCHMARKS); do $(BIN)/python bench/$$name.py --json || exit 1; done
 
 lint: setup
 	$(BIN)/ruff check .
