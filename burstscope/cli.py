@@ -11,7 +11,7 @@ from burstscope import __version__
 from burstscope.errors import UsageError
 
 # Adding a command touches its module and this line.
-COMMANDS = ("discover", "record", "report", "agent", "simulate", "top", "demo", "events")
+COMMANDS = ("discover", "record", "report", "agent", "simulate", "top", "demo", "events", "capture")
 
 
 def build_parser() -> argparse.ArgumentParser:
