@@ -221,8 +221,8 @@ async def subscribe(
             on_state(False)
             reason = refusal(exc)
             if reason is not None and first:
-                message = f"MQTT broker {settings.endpoint} refused us: {reason}"
-                raise MqttSettingsError(message) from None
+                problem = f"MQTT broker {settings.endpoint} refused us: {reason}"
+                raise MqttSettingsError(problem) from None
             first = False
             at_cap = backoff.at_cap
             delay = backoff.next_delay()

@@ -131,12 +131,17 @@ class MqttHandle:
                 f"cannot open MQTT spool in {self.settings.spool_dir}: {exc}"
             ) from None
         self.stats = PublisherStats()
+        # Metrics and bursts from the first moment: the broker check below takes seconds.
+        self.pipeline.listeners.append(self.on_bursts)
+        if self.collector is not None:
+            self.collector.extra_families.append(self.families)
         self._thread = threading.Thread(
             target=self._thread_main, args=(spool,), name="burstscope-mqtt", daemon=True
         )
         self._thread.start()
         self._ready.wait(5)
         if self._failure is not None:
+            self.stop()
             raise MqttSettingsError(f"MQTT publisher failed to start: {self._failure}")
         self._first.wait(self.settings.connect_check_seconds)
         outcome = self._first_outcome
@@ -151,14 +156,14 @@ class MqttHandle:
                 self.settings.endpoint,
                 self.settings.spool_messages,
             )
-        self.pipeline.listeners.append(self.on_bursts)
-        if self.collector is not None:
-            self.collector.extra_families.append(self.families)
 
     def stop(self) -> None:
         """Flush what the policy holds, deliver briefly, publish offline, end the thread."""
         with contextlib.suppress(ValueError):
             self.pipeline.listeners.remove(self.on_bursts)
+        if self.collector is not None:
+            with contextlib.suppress(ValueError):
+                self.collector.extra_families.remove(self.families)
         if self._thread is None:
             return
         if self._loop is not None and self._stop is not None:

@@ -240,20 +240,21 @@ class MqttPublisher:
             except (aiomqtt.MqttError, TimeoutError) as exc:
                 self.stats.connected = False
                 reason = refusal(exc)
+                fatal = reason is not None and not self._attempted  # start() reports it
                 self._first(Outcome.REFUSED if reason else Outcome.UNREACHABLE, reason or str(exc))
                 if last_try or self._finishing.is_set():
                     return
-                self._log_failure(endpoint, reason or str(exc) or type(exc).__name__)
+                self._log_failure(endpoint, reason or str(exc) or type(exc).__name__, quiet=fatal)
             finally:
                 self.stats.connected = False
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._backoff_delay):
                     await self._finishing.wait()
 
-    def _log_failure(self, endpoint: str, reason: str) -> None:
+    def _log_failure(self, endpoint: str, reason: str, quiet: bool = False) -> None:
         at_cap_before = self._backoff.at_cap
         self._backoff_delay = self._backoff.next_delay()
-        if not at_cap_before:
+        if not at_cap_before and not quiet:
             suffix = (
                 f"retrying every {self._backoff.cap:g} s or less, quietly, until it answers"
                 if self._backoff.at_cap

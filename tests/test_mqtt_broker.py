@@ -1,0 +1,383 @@
+"""MQTT against a real Mosquitto started here: payloads, a 10 s outage, TLS, passwords."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import require_binary
+from tests.test_agent import RunningAgent, fetch, free_port, make_certificates, metric
+from tests.test_cli_core import assert_usage_error
+
+pytestmark = pytest.mark.integration
+WORDS_PER_SECOND = 400e9 / 8 / 4  # 400 Gb/s in 4-octet port_xmit_data units
+
+
+class Broker:
+    """mosquitto on a free loopback port, config and persistence in a temporary directory."""
+
+    def __init__(self, directory: Path, extra: str = "", anonymous: bool = True) -> None:
+        self.binary = require_binary("mosquitto")
+        self.directory = directory
+        self.port = free_port()
+        self.config = directory / "mosquitto.conf"
+        self.config.write_text(
+            f"listener {self.port} 127.0.0.1\n"
+            f"allow_anonymous {'true' if anonymous else 'false'}\n"
+            f"persistence true\npersistence_location {directory}/\nautosave_interval 1\n"
+            + ("user root\n" if os.geteuid() == 0 else "")
+            + extra
+        )
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = (self.directory / "mosquitto.log").open("ab")
+        self.process = subprocess.Popen(
+            [self.binary, "-c", str(self.config)], stdout=log, stderr=log
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), 0.2),
+            ):
+                return
+            time.sleep(0.05)
+        raise AssertionError(
+            f"mosquitto did not listen: {(self.directory / 'mosquitto.log').read_text()}"
+        )
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(5)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    running = Broker(tmp_path)
+    running.start()
+    yield running
+    running.kill()
+
+
+class Subscriber:
+    """``burstscope events --json`` in a subprocess, its lines collected by a thread."""
+
+    def __init__(self, url: str, *args: str) -> None:
+        self.lines: list[dict[str, Any]] = []
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "burstscope", "events", "--mqtt", url, "--json", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.subscribed = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._watch_stderr, daemon=True).start()
+        assert self.subscribed.wait(15), "events did not subscribe"
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(json.loads(line))
+
+    def _watch_stderr(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            if "subscribed" in line:
+                self.subscribed.set()
+
+    def events(self) -> list[dict[str, Any]]:
+        return [line for line in list(self.lines) if "seq" in line and "gap" not in line]
+
+    def wait_for(self, predicate: Any, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return True
+            time.sleep(0.1)
+        return False
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(5)
+
+
+class EmulatedPort:
+    """Writes mlx5_0 port 1's data counters in place every ~0.5 ms: a 20 ms line-rate burst
+    every 200 ms on transmit, receive idle."""
+
+    def __init__(self, root: Path, period: float = 0.2, burst: float = 0.02) -> None:
+        counters = root / "class/infiniband/mlx5_0/ports/1/counters"
+        self.fds = [os.open(counters / name, os.O_RDWR) for name in ("port_xmit_data",)]
+        self.period, self.burst = period, burst
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.start = time.monotonic()
+        self.thread.start()
+
+    def words(self, elapsed: float) -> int:
+        cycles, into = divmod(elapsed, self.period)
+        busy = cycles * self.burst + min(into, self.burst)
+        return 1_000_000 + round(busy * WORDS_PER_SECOND)
+
+    def _run(self) -> None:
+        while not self.stop_event.is_set():
+            text = f"{self.words(time.monotonic() - self.start)}\n".encode()
+            for fd in self.fds:
+                os.pwrite(fd, text, 0)  # in place, like sysfs: never a rename
+                os.ftruncate(fd, len(text))
+            time.sleep(0.0005)
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.thread.join(2)
+        for fd in self.fds:
+            os.close(fd)
+
+
+def agent_args(root: Path, url: str, *extra: str) -> list[str]:
+    return ["--sysfs-root", str(root), "--include", "mlx5_0", "--mqtt", url, *extra]
+
+
+def test_outage_of_ten_seconds_loses_nothing(
+    tmp_path: Path, sysfs_copy: Path, broker: Broker
+) -> None:
+    url = f"mqtt://127.0.0.1:{broker.port}"
+    subscriber = Subscriber(url, "--session", "outage-test")
+    port = EmulatedPort(sysfs_copy)
+    agent = RunningAgent(*agent_args(sysfs_copy, url))
+    try:
+        agent.wait_ready()
+        assert subscriber.wait_for(lambda: len(subscriber.events()) >= 5, 15)
+        killed_ns = time.time_ns()
+        broker.kill()
+        time.sleep(5)
+        during = fetch(agent.url + "/metrics")
+        assert metric(during, "burstscope_mqtt_connected ") == 0
+        depth_then = metric(during, "burstscope_mqtt_spool_messages ")
+        time.sleep(5)
+        restarted_ns = time.time_ns()
+        assert metric(fetch(agent.url + "/metrics"), "burstscope_mqtt_spool_messages ") > (
+            depth_then > 0
+        )
+        broker.start()
+
+        def drained() -> bool:
+            body = fetch(agent.url + "/metrics")
+            return (
+                metric(body, "burstscope_mqtt_connected ") == 1
+                and metric(body, "burstscope_mqtt_spool_messages ") == 0
+            )
+
+        assert subscriber.wait_for(drained, 25), "agent did not reconnect and drain"
+        status, _, stderr = agent.stop()
+        assert status == 0, stderr
+        assert subscriber.wait_for(
+            lambda: any(line.get("online") is False for line in subscriber.lines), 10
+        )
+    finally:
+        port.close()
+        if agent.process.poll() is None:
+            agent.stop()
+        subscriber.stop()
+    offline = [line for line in subscriber.lines if line.get("online") is False][-1]
+    events = subscriber.events()
+    seqs = [event["seq"] for event in events]
+    assert seqs == list(range(1, offline["last_seq"] + 1)), "out of order or missing"
+    assert not [line for line in subscriber.lines if "gap" in line]
+    bursts = [e for e in events if e["kind"] == "burst"]
+    meanwhile = [e for e in bursts if killed_ns <= e["end_ns"] <= restarted_ns]
+    assert len(meanwhile) >= 30, len(meanwhile)  # ~50 bursts in 10 s
+    first = bursts[0]
+    assert {k: first[k] for k in ("host", "device", "port", "direction", "threshold")} == {
+        "host": socket.gethostname(),
+        "device": "mlx5_0",
+        "port": 1,
+        "direction": "transmit",
+        "threshold": 0.5,
+    }
+    durations = np.array([e["duration_seconds"] for e in bursts])
+    assert 0.015 < float(np.median(durations)) < 0.03
+    assert all(e["peak_utilization"] > 0.5 and e["bytes"] > 0 for e in bursts)
+    assert "dropped" not in stderr
+    report = (
+        f"outage: {len(meanwhile)} bursts generated while the broker was down, "
+        f"{len(events)} events delivered in order, seq 1..{offline['last_seq']}, no gaps"
+    )
+    print(report)
+    (tmp_path / "outage-report.txt").write_text(report + "\n")
+
+
+def test_payloads_of_constructed_bursts(broker: Broker) -> None:
+    """The publisher driven directly: every field of a burst and of a window summary."""
+    from collector.mqtt import attach_mqtt, build_settings
+    from collector.mqtt.policy import BurstRecord
+    from collector.sources.base import PortSpec
+    from detectors.bursts import Bursts
+
+    pipeline = SimpleNamespace(
+        source=SimpleNamespace(ports=(PortSpec("mlx5_0", 1, 50_000_000_000),)),
+        thresholds=SimpleNamespace(burst=0.5),
+        listeners=[],
+        snapshot=lambda: SimpleNamespace(ports=(), slow=None),
+    )
+    url = f"mqtt://127.0.0.1:{broker.port}"
+    subscriber = Subscriber(url)
+    settings = build_settings(url, hostname="node7", max_events_per_second=2.0)
+    handle = attach_mqtt(pipeline, settings)  # type: ignore[arg-type]
+    handle.start()
+    try:
+        second = (time.time_ns() // 1_000_000_000 - 5) * 1_000_000_000
+        ms = 1_000_000
+        bursts = Bursts(
+            np.array([second, second + 12 * ms, second + 100 * ms, second + 200 * ms]),
+            np.array([second + 10 * ms, second + 20 * ms, second + 110 * ms, second + 210 * ms]),
+            np.array([400_000_000, 300_000_000, 1, 2]),
+            np.array([0.9, 1.0, 0.6, 0.7]),
+            np.array([0.8, 0.75, 0.55, 0.65]),
+        )
+        pipeline.listeners[0](PortSpec("mlx5_0", 1, 0), "transmit", bursts)
+        handle.submit("mlx5_0", 1, "receive", [BurstRecord(second, second + ms, 5, 0.5, 0.5)])
+        assert subscriber.wait_for(lambda: len(subscriber.events()) >= 4, 10)
+    finally:
+        handle.stop()
+        subscriber.stop()
+    run = handle.identity.run
+    topic = "burstscope/node7/mlx5_0/1/burst"
+    common = {"host": "node7", "device": "mlx5_0", "port": 1, "threshold": 0.5, "run": run}
+    expected = [
+        {"topic": topic, **common, "kind": "burst", "direction": "receive", "seq": 1,
+         "start_ns": second, "end_ns": second + ms, "duration_seconds": 0.001, "bytes": 5,
+         "peak_utilization": 0.5, "mean_utilization": 0.5, "merged": 1},
+        {"topic": topic, **common, "kind": "burst", "direction": "transmit", "seq": 2,
+         "start_ns": second, "end_ns": second + 20 * ms, "duration_seconds": 0.02,
+         "bytes": 700_000_000, "peak_utilization": 1.0,
+         "mean_utilization": pytest.approx((0.8 * 10 + 0.75 * 8) / 18), "merged": 2},
+        {"topic": topic, **common, "kind": "burst", "direction": "transmit", "seq": 3,
+         "start_ns": second + 100 * ms, "end_ns": second + 110 * ms, "duration_seconds": 0.01,
+         "bytes": 1, "peak_utilization": 0.6, "mean_utilization": 0.55, "merged": 1},
+        {"topic": topic, **common, "kind": "summary", "direction": "transmit", "seq": 4,
+         "start_ns": second, "end_ns": second + 1_000_000_000, "bursts": 1, "bytes": 2,
+         "bursts_per_second": 1.0, "bytes_per_second": 2.0, "peak_utilization": 0.7,
+         "first_start_ns": second + 200 * ms, "last_end_ns": second + 210 * ms},
+    ]  # fmt: skip
+    assert subscriber.events() == expected
+    statuses = [line for line in subscriber.lines if line["topic"].endswith("/status")]
+    assert statuses[-1] == {
+        "topic": "burstscope/node7/status",
+        "host": "node7",
+        "online": False,
+        "reason": "stopped",
+        "version": handle.identity.version,
+        "ports": ["mlx5_0/1"],
+        "start_time": run / 1e9,
+        "run": run,
+        "last_seq": 4,
+    }
+
+
+def password_line(user: str, password: str) -> str:
+    """A mosquitto password file entry ($6$: salted SHA-512), without mosquitto_passwd."""
+    salt = os.urandom(12)
+    digest = hashlib.sha512(password.encode() + salt).digest()
+    return f"{user}:$6${base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}\n"
+
+
+def test_username_password_and_bad_credentials(tmp_path: Path, sysfs_copy: Path) -> None:
+    (tmp_path / "passwords").write_text(password_line("agent", "s3cret"))
+    broker = Broker(tmp_path, f"password_file {tmp_path / 'passwords'}\n", anonymous=False)
+    broker.start()
+    try:
+        good = f"mqtt://agent:s3cret@127.0.0.1:{broker.port}"
+        subscriber = Subscriber(good)
+        agent = RunningAgent(*agent_args(sysfs_copy, good))
+        try:
+            agent.wait_ready()
+            assert metric(fetch(agent.url + "/metrics"), "burstscope_mqtt_connected ") == 1
+            assert subscriber.wait_for(lambda: any(x.get("online") for x in subscriber.lines), 5)
+        finally:
+            agent.stop()
+            subscriber.stop()
+        bad = f"mqtt://agent:wrong@127.0.0.1:{broker.port}"
+        listen = f"127.0.0.1:{free_port()}"
+        result = subprocess.run(
+            [sys.executable, "-m", "burstscope", "agent", "--listen", listen,
+             *agent_args(sysfs_copy, bad)],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert_usage_error(result, "refused us: not authorized")  # mosquitto 2 says so
+        events = subprocess.run(
+            [sys.executable, "-m", "burstscope", "events", "--mqtt", bad, "--json"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert_usage_error(events, "refused us: not authorized")
+    finally:
+        broker.kill()
+
+
+def test_tls_with_client_certificates(tmp_path: Path, sysfs_copy: Path) -> None:
+    certs = make_certificates(tmp_path)
+    broker = Broker(
+        tmp_path,
+        f"cafile {certs['ca']}\ncertfile {certs['server']}\nkeyfile {certs['server-key']}\n"
+        "require_certificate true\n",
+    )
+    broker.start()
+    url = f"mqtts://127.0.0.1:{broker.port}"
+    tls = ["--mqtt-ca", str(certs["ca"]), "--mqtt-cert", str(certs["client"]),
+           "--mqtt-key", str(certs["client-key"])]  # fmt: skip
+    try:
+        subscriber = Subscriber(url, *tls)
+        agent = RunningAgent(*agent_args(sysfs_copy, url, *tls))
+        try:
+            agent.wait_ready()
+            assert subscriber.wait_for(lambda: any(x.get("online") for x in subscriber.lines), 5)
+        finally:
+            agent.stop()
+            subscriber.stop()
+        no_client_cert = subprocess.run(
+            [sys.executable, "-m", "burstscope", "events", "--mqtt", url, "--json",
+             "--mqtt-ca", str(tmp_path / "missing-ca.pem")],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert_usage_error(no_client_cert, "missing-ca.pem")
+    finally:
+        broker.kill()
+
+
+def test_unreachable_broker_at_start_keeps_serving_and_spools(sysfs_copy: Path) -> None:
+    url = f"mqtt://127.0.0.1:{free_port()}"
+    port = EmulatedPort(sysfs_copy)
+    agent = RunningAgent(*agent_args(sysfs_copy, url))
+    try:
+        agent.wait_ready()
+        first = fetch(agent.url + "/metrics")
+        time.sleep(1.5)
+        second = fetch(agent.url + "/metrics")
+        assert metric(second, "burstscope_mqtt_connected ") == 0
+        depth = "burstscope_mqtt_spool_messages "
+        assert metric(second, depth) > metric(first, depth) >= 0
+        assert metric(second, "burstscope_sampler_up ") == 1
+        status, _, stderr = agent.stop()
+    finally:
+        port.close()
+    assert status == 0
+    assert stderr.count("unreachable") >= 1 and "Traceback" not in stderr
