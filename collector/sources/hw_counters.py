@@ -8,14 +8,12 @@ firmware (linux-counters.md s3, drivers/infiniband/core/sysfs.c update_hw_stats)
 
 from __future__ import annotations
 
-import errno
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from collector.discovery import InfiniBandPort
 from collector.sources.base import SlowReading
+from collector.sources.slow_files import SlowFile, SlowFiles
 from detectors.counters import RESETTING_64, WRAPPING_32, CounterSpec
 
 # Not a counter: the cache lifetime in ms, writable by root (sysfs.c set_stats_lifespan).
@@ -99,62 +97,41 @@ class HwCountersSysfsSource:
 
     ports: Sequence[InfiniBandPort]
     name: str = "hw_counters"
-    read_errors: int = field(default=0, init=False)
-    last_error: str | None = field(default=None, init=False)
-    _files: list[tuple[InfiniBandPort, str, Path]] = field(default_factory=list, init=False)
-    _fds: list[int] = field(default_factory=list, init=False)
+    _files: SlowFiles = field(default_factory=SlowFiles, init=False)
+    _listing_errors: int = field(default=0, init=False)
+    _listing_error: str | None = field(default=None, init=False)
+
+    @property
+    def read_errors(self) -> int:
+        return self._files.read_errors + self._listing_errors
+
+    @property
+    def last_error(self) -> str | None:
+        return self._files.last_error or self._listing_error
 
     def open(self) -> None:
-        self.close()
+        files = []
         for port in self.ports:
             directory = port.path / "hw_counters"
             try:
                 names = sorted(p.name for p in directory.iterdir() if p.name != LIFESPAN)
             except OSError as exc:
-                self._fail(f"{port.device}/{port.port}: {directory}: {exc.strerror}")
+                self._listing_errors += 1
+                self._listing_error = f"{port.device}/{port.port}: {directory}: {exc.strerror}"
                 continue
-            for counter in names:
-                self._files.append((port, counter, directory / counter))
-        self._fds = [-1] * len(self._files)
-        for index in range(len(self._files)):
-            self._open_one(index)
-
-    def _fail(self, message: str) -> None:
-        self.read_errors += 1
-        self.last_error = message
-
-    def _open_one(self, index: int) -> bool:
-        port, counter, path = self._files[index]
-        try:
-            self._fds[index] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            self._fail(f"{port.device}/{port.port} hw_counters/{counter}: {exc.strerror}")
-            return False
-        return True
+            files += [
+                SlowFile(port.device, port.port, name, directory / name, hw_counter_spec(name))
+                for name in names
+            ]
+        self._files.open(files)
 
     def poll(self) -> list[SlowReading]:
         readings = []
-        for index, (port, counter, _) in enumerate(self._files):
-            fd = self._fds[index]
-            if fd < 0 and not self._open_one(index):
-                continue
-            fd = self._fds[index]
-            try:
-                value = int(os.pread(fd, 64, 0))
-            except (OSError, ValueError) as exc:
-                self._fail(f"{port.device}/{port.port} hw_counters/{counter}: {exc}")
-                if isinstance(exc, OSError) and exc.errno in (errno.ENODEV, errno.ENOENT):
-                    os.close(fd)
-                    self._fds[index] = -1
-                continue
-            readings.append(
-                SlowReading(port.device, port.port, counter, value, hw_counter_spec(counter))
-            )
+        for index, file in enumerate(self._files.files):
+            value = self._files.read_integer(index)
+            if value is not None:
+                readings.append(SlowReading(file.device, file.port, file.name, value, file.counter))
         return readings
 
     def close(self) -> None:
-        for fd in self._fds:
-            if fd >= 0:
-                os.close(fd)
-        self._fds = []
-        self._files = []
+        self._files.close()

@@ -7,14 +7,12 @@ the 1 ms sampler (linux-counters.md s4, design consequence 3).
 
 from __future__ import annotations
 
-import errno
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from collector.discovery import InfiniBandPort, parse_rate, parse_state
 from collector.sources.base import SlowReading
+from collector.sources.slow_files import SlowFile, SlowFiles
 from detectors.counters import CounterKind, CounterSpec
 
 
@@ -46,24 +44,12 @@ PORT_COUNTER_SPECS: dict[str, CounterSpec] = {
 # changes after a renegotiation. Values: state and phys_state ids ("4: ACTIVE" -> 4).
 GAUGE_FILES = {"state": "state", "phys_state": "phys_state", "rate_bytes_per_second": "rate"}
 
-# Enough for "400 Gb/sec (4X NDR)" and any decimal counter.
-_READ_BYTES = 64
-
 
 def _parse_gauge(name: str, text: str) -> int | None:
     if name == "rate_bytes_per_second":
         return parse_rate(text)
     state = parse_state(text)
     return state.id if state is not None else None
-
-
-@dataclass(frozen=True, slots=True)
-class _File:
-    device: str
-    port: int
-    name: str  # the reading's name
-    path: Path
-    counter: CounterSpec | None  # None for gauges
 
 
 @dataclass
@@ -79,87 +65,52 @@ class PortSlowSource:
 
     ports: Sequence[InfiniBandPort]
     name: str = "port_slow"
-    read_errors: int = field(default=0, init=False)
-    last_error: str | None = field(default=None, init=False)
-    _files: list[_File] = field(default_factory=list, init=False)
-    _fds: list[int] = field(default_factory=list, init=False)
+    _files: SlowFiles = field(default_factory=SlowFiles, init=False)
+
+    @property
+    def read_errors(self) -> int:
+        return self._files.read_errors
+
+    @property
+    def last_error(self) -> str | None:
+        return self._files.last_error
 
     def open(self) -> None:
-        self.close()
+        files = []
         for port in self.ports:
             counters = port.path / "counters"
             for counter, spec in PORT_COUNTER_SPECS.items():
                 # Listed in the directory, not taken from discovery's readable list: a
                 # file that fails now may work later, and its failures must be counted.
                 if (counters / counter).exists():
-                    self._files.append(
-                        _File(port.device, port.port, counter, counters / counter, spec)
+                    files.append(
+                        SlowFile(port.device, port.port, counter, counters / counter, spec)
                     )
             for gauge, filename in GAUGE_FILES.items():
                 if (port.path / filename).exists():
-                    self._files.append(
-                        _File(port.device, port.port, gauge, port.path / filename, None)
+                    files.append(
+                        SlowFile(port.device, port.port, gauge, port.path / filename, None)
                     )
-        self._fds = [-1] * len(self._files)
-        for index in range(len(self._files)):
-            self._open_one(index)
+        self._files.open(files)
 
     @property
     def file_names(self) -> tuple[tuple[str, int, str], ...]:
         """(device, port, name) of every file this source reads (after open())."""
-        return tuple((f.device, f.port, f.name) for f in self._files)
-
-    def _fail(self, file: _File, reason: str) -> None:
-        self.read_errors += 1
-        self.last_error = f"{file.device}/{file.port} {file.path.name}: {reason}"
-
-    def _open_one(self, index: int) -> bool:
-        file = self._files[index]
-        try:
-            self._fds[index] = os.open(file.path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            self._fail(file, exc.strerror or str(exc))
-            return False
-        return True
-
-    def _read(self, index: int) -> str | None:
-        file = self._files[index]
-        if self._fds[index] < 0 and not self._open_one(index):
-            return None
-        fd = self._fds[index]
-        try:
-            return os.pread(fd, _READ_BYTES, 0).decode("ascii", "replace").strip()
-        except OSError as exc:
-            self._fail(file, f"{errno.errorcode.get(exc.errno or 0, 'error')} ({exc.strerror})")
-            if exc.errno in (errno.ENODEV, errno.ENOENT):
-                os.close(fd)
-                self._fds[index] = -1
-            return None
+        return tuple((f.device, f.port, f.name) for f in self._files.files)
 
     def poll(self) -> list[SlowReading]:
         readings = []
-        for index, file in enumerate(self._files):
-            text = self._read(index)
-            if text is None:
-                continue
-            value: int | None
-            if file.counter is None:
-                value = _parse_gauge(file.name, text)
+        for index, file in enumerate(self._files.files):
+            if file.counter is not None:
+                value = self._files.read_integer(index)
             else:
-                # int() rejects "N/A (no PMA)", which old kernels print when the PMA fails.
-                try:
-                    value = int(text)
-                except ValueError:
-                    value = None
-            if value is None:
-                self._fail(file, f"reads {text[:40]!r}")
-                continue
-            readings.append(SlowReading(file.device, file.port, file.name, value, file.counter))
+                text = self._files.read(index)
+                value = None if text is None else _parse_gauge(file.name, text)
+                if text is not None and value is None:
+                    self._files.fail(file, f"reads {text[:40]!r}")
+            if value is not None:
+                readings.append(SlowReading(file.device, file.port, file.name, value, file.counter))
         return readings
 
     def close(self) -> None:
-        for fd in self._fds:
-            if fd >= 0:
-                os.close(fd)
-        self._fds = []
-        self._files = []
+        self._files.close()
