@@ -106,3 +106,33 @@ def test_top_in_a_real_terminal_quits_on_q(tmp_path: Path) -> None:
         assert done.exists() and done.read_text().strip() == "0"
     finally:
         subprocess.run([tmux, "kill-session", "-t", session], capture_output=True)
+
+
+def test_demo_publishes_burst_events_over_mqtt(tmp_path: Path) -> None:
+    from tests.test_mqtt_broker import Broker, Subscriber
+
+    broker = Broker(tmp_path)
+    broker.start()
+    url = f"mqtt://127.0.0.1:{broker.port}"
+    subscriber = Subscriber(url)
+    try:
+        result = burstscope(
+            "demo",
+            "--duration",
+            "4",
+            "--json",
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--mqtt",
+            url,
+        )
+        assert result.returncode == 0, result.stderr
+        assert subscriber.wait_for(lambda: len(subscriber.events()) > 20, 15)
+        events = subscriber.events()
+        bursts = [e for e in events if e.get("device", "").startswith("mlx5_") and "bytes" in e]
+        assert bursts and all(e["peak_utilization"] > 0.5 for e in bursts)
+        seqs = sorted({e["seq"] for e in events})
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # no gap
+    finally:
+        subscriber.stop()
+        broker.kill()

@@ -21,6 +21,7 @@ from burstscope.commands.top import stop_on_signals, watch
 from burstscope.errors import UsageError
 from burstscope.report_view import print_table, to_json
 from collector.http import DEFAULT_LISTEN
+from collector.mqtt import MqttSettingsError, add_mqtt_arguments, mqtt_settings_from_args
 from collector.sampler import SamplerConfig
 from collector.simulation.profiles import DEFAULT_PROFILE, PROFILES
 from collector.sources.base import SourceError
@@ -43,6 +44,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--listen", default=DEFAULT_LISTEN, metavar="ADDR:PORT", help="/metrics address"
     )
+    add_mqtt_arguments(parser)  # --mqtt URL: also publish burst events to this broker
     parser.add_argument("--json", action="store_true", help="print the final report as JSON only")
     parser.add_argument(
         "-o",
@@ -58,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--duration {args.duration:g} must be positive")
     try:
         source = SimSource(args.profile, args.seed)
-    except SourceError as exc:
+        mqtt = mqtt_settings_from_args(args)
+    except (SourceError, MqttSettingsError) as exc:
         raise UsageError(str(exc)) from None
     path = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="burstscope-demo-"))
     try:
@@ -73,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         tls=None,
         slow_interval_seconds=1.0,
         sysfs_root="/sys",
+        mqtt=mqtt,
     )
     agent = Agent(settings, TraceWriter(path))
     stop = stop_on_signals()
@@ -80,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     assert agent.server is not None
     print(
         f"simulated node ({args.profile}): metrics on http://{args.listen}/metrics, "
-        f"recording to {path}",
+        f"recording to {path}" + (f", events to {args.mqtt}" if args.mqtt else ""),
         file=sys.stderr,
     )
     try:
