@@ -214,6 +214,7 @@ class GroundTruth:
     end_ns: int = 0
     bytes_total: int = 0  # every frame sent, bursts and background
     background_bytes: int = 0
+    background_payload: int = 0  # UDP payload bytes of each background packet
     bursts: list[BurstTruth] = field(default_factory=list)
 
     @property
@@ -254,6 +255,7 @@ def run(
     clock = time.monotonic_ns
     begin = clock()
     truth = GroundTruth(line_rate_bytes_per_second, offset, begin + offset)
+    truth.background_payload = len(background.templates[RC_SEND_ONLY])
     next_background = begin
 
     def idle_until(deadline: int) -> None:

@@ -36,7 +36,7 @@ class LiveCapture:
 
 def capture(interface: str, duration_seconds: float, snaplen: int = DEFAULT_SNAPLEN) -> LiveCapture:
     try:
-        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        sock = _packet_socket()
     except PermissionError:
         raise LiveCaptureError(
             f"capturing on {interface} needs CAP_NET_RAW (run as root or grant the capability)"
@@ -82,6 +82,10 @@ def capture(interface: str, duration_seconds: float, snaplen: int = DEFAULT_SNAP
         return LiveCapture(out.getvalue(), writer.records, drops)
     finally:
         sock.close()
+
+
+def _packet_socket() -> socket.socket:
+    return socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
 
 
 def _statistics(sock: socket.socket) -> tuple[int, int]:
