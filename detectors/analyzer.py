@@ -207,6 +207,27 @@ class DirectionAnalyzer:
         """Every burst closed so far (empty unless keep_bursts)."""
         return Bursts.concatenate(self._kept_bursts)
 
+    def retune(self, thresholds: Thresholds) -> None:
+        """New utilization thresholds for samples fed from now on (a live config reload).
+
+        Every running total (bytes, saturated time, bursts, histograms) is kept, so the
+        counters exported from them stay monotonic; only the classification of future
+        samples changes. An open burst closes under the old threshold when its run ends.
+        Window lengths and the gap limit shape state already carried and cannot change.
+        """
+        old = self.thresholds
+        if (thresholds.coarse_window_ns, thresholds.max_gap_ns, thresholds.windows_ns) != (
+            old.coarse_window_ns,
+            old.max_gap_ns,
+            old.windows_ns,
+        ):
+            raise ValueError("window lengths and max_gap_ns cannot change while running")
+        self.thresholds = thresholds
+        for distribution in [self._finest, *(w.distribution for w in self._windows)]:
+            distribution.idle_threshold = thresholds.idle
+            distribution.busy_threshold = thresholds.busy
+        self._bursts.threshold = thresholds.burst
+
     def feed(
         self,
         timestamp_ns: npt.ArrayLike,
