@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import signal
-import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Any
 
@@ -18,6 +18,8 @@ from burstscope.errors import UsageError
 from collector.config import AgentConfig, ConfigError, load_config
 from collector.exporter import BurstscopeCollector
 from collector.http import DEFAULT_LISTEN, HttpError, MetricsServer, TlsConfig
+from collector.logging_journal import LEVELS
+from collector.logging_journal import setup_logging as setup_journal_logging
 from collector.mqtt import (
     MqttHandle,
     MqttSettings,
@@ -26,8 +28,9 @@ from collector.mqtt import (
     attach_mqtt,
     mqtt_settings_from_args,
 )
-from collector.pipeline import Pipeline
+from collector.pipeline import Pipeline, wait_for_first_sample
 from collector.sampler import SamplerConfig, SamplerError, parse_interval
+from collector.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
 from collector.slow_poller import slow_sources_for
 from collector.sources.base import CounterSource, SlowSource
 from collector.trace import TraceWriter
@@ -42,6 +45,9 @@ def register(subparsers: Any) -> None:
     add_agent_arguments(parser)
     parser.add_argument(
         "--check-config", metavar="FILE", help="validate a configuration file and exit"
+    )
+    parser.add_argument(
+        "--log-level", choices=LEVELS, default="info", help="least severe level logged"
     )
     parser.set_defaults(func=run)
 
@@ -150,18 +156,11 @@ def slow_sources(settings: AgentSettings) -> list[SlowSource]:
         return []  # simulated and replayed sources have no slow counters of their own
 
 
-def setup_logging() -> None:
-    """One line per event; under systemd (JOURNAL_STREAM) journald adds the timestamps."""
+def setup_logging(level: str = "info") -> None:
+    """One line per event, repeats rate-limited; under systemd (JOURNAL_STREAM) no timestamps."""
     import os
 
-    under_journal = "JOURNAL_STREAM" in os.environ
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(levelname)s %(name)s: %(message)s"
-        if under_journal
-        else "%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_journal_logging(level, under_journal="JOURNAL_STREAM" in os.environ)
 
 
 class Agent:
@@ -212,6 +211,102 @@ class Agent:
             self.server.close()
 
 
+# What a reload cannot change: it shapes the sampler process, the ring or the socket.
+def _restart_only(args: argparse.Namespace, settings: AgentSettings) -> dict[str, Any]:
+    sampler = settings.sampler
+    return {
+        "source.spec": args.source,
+        "source.sysfs_root": args.sysfs_root,
+        "source.line_rate_gbits": args.line_rate,
+        "source.interval": sampler.interval_ns,
+        "source.slow_interval": settings.slow_interval_seconds,
+        "sampler": (sampler.realtime_priority, sampler.cpu, sampler.spin_ns),
+        "listen.address": settings.listen,
+        "listen TLS": settings.tls,
+    }
+
+
+def reload_agent(agent: Agent, cli_args: argparse.Namespace, running: argparse.Namespace) -> None:
+    """SIGHUP: re-read the config file, apply what can change live, log what cannot.
+
+    ``cli_args`` are the flags as given (they still override the file); ``running`` is
+    the namespace the agent was started from. A file that fails validation changes nothing.
+    """
+    if cli_args.config is None:
+        _LOG.warning("reload: no --config file was given; nothing to reload")
+        return
+    fresh = copy.copy(cli_args)
+    try:
+        new = settings_from_args(fresh)
+    except UsageError as exc:
+        _LOG.error("reload failed, keeping the previous configuration: %s", exc)
+        return
+    old = agent.settings
+    before, after = _restart_only(running, old), _restart_only(fresh, new)
+    changed = [key for key in before if before[key] != after[key]]
+    if changed:
+        _LOG.warning("reload: %s changed: needs a restart; running unchanged", ", ".join(changed))
+    settings = old
+    if new.thresholds != old.thresholds:
+        agent.pipeline.retune(new.thresholds)
+        settings = replace(settings, thresholds=new.thresholds)
+        t = new.thresholds
+        _LOG.info(
+            "reload: thresholds applied: burst=%g saturated=%g idle=%g busy=%g",
+            t.burst,
+            t.saturated,
+            t.idle,
+            t.busy,
+        )
+    ports_before = [(p.device, p.port) for p in old.source.ports]
+    ports_after = [(p.device, p.port) for p in new.source.ports]
+    if ports_after != ports_before and "source.spec" not in changed:
+        try:
+            agent.pipeline.replace_source(new.source, slow_sources(new), old.slow_interval_seconds)
+        except (SamplerError, ValueError) as exc:
+            _LOG.error("reload: port filter not applied, still sampling the old ports: %s", exc)
+        else:
+            settings = replace(settings, source=new.source)
+            _LOG.info(
+                "reload: sampler restarted on %d port(s); added %s; removed %s",
+                len(ports_after),
+                _names(set(ports_after) - set(ports_before)),
+                _names(set(ports_before) - set(ports_after)),
+            )
+    if new.mqtt != old.mqtt:
+        hook = getattr(agent.mqtt, "reload", None)  # used once the publisher offers one
+        if agent.mqtt is not None and new.mqtt is not None and callable(hook):
+            hook(new.mqtt)
+            settings = replace(settings, mqtt=new.mqtt)
+            _LOG.info("reload: mqtt settings applied")
+        else:
+            _LOG.warning("reload: mqtt settings changed: needs a restart; running unchanged")
+    if settings is old and not changed and new.mqtt == old.mqtt:
+        _LOG.info("reload: %s unchanged", cli_args.config)
+    agent.settings = settings
+
+
+def _names(ports: set[tuple[str, int]]) -> str:
+    return ", ".join(f"{device}/{port}" for device, port in sorted(ports)) or "none"
+
+
+def _start_watchdog(agent: Agent, notifier: Notifier) -> Watchdog | None:
+    """WATCHDOG=1 every WATCHDOG_USEC/2 while the sampler's heartbeat advances."""
+    period = watchdog_period()
+    if period is None or not notifier.enabled:
+        return None
+
+    def sampler_progresses() -> bool:
+        health = agent.pipeline.snapshot().health
+        return health.sampler_alive and heartbeat_recent(
+            health.heartbeat_ns, health.interval_ns, period
+        )
+
+    watchdog = Watchdog(notifier, period, sampler_progresses)
+    watchdog.start()
+    return watchdog
+
+
 def run(args: argparse.Namespace) -> int:
     if args.check_config is not None:
         try:
@@ -220,29 +315,52 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
         print(f"{args.check_config}: configuration is valid")
         return 0
-    setup_logging()
+    setup_logging(args.log_level)
+    cli_args = copy.copy(args)  # settings_from_args fills args in; a reload starts afresh
     settings = settings_from_args(args)
     agent = Agent(settings)
-    stop = threading.Event()
+    notifier = Notifier()
+    wake = threading.Event()
+    pending: list[int] = []
 
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        pending.append(signum)
+        wake.set()
 
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_signal)
     agent.start()
     assert agent.server is not None
-    _LOG.info(
-        "sampling %d port(s) from %s every %g ms; metrics on %s://%s/metrics",
-        len(settings.source.ports),
-        settings.source.name,
-        settings.sampler.interval_ns / 1e6,
-        agent.server.scheme,
-        settings.listen,
+    status = (
+        f"sampling {len(settings.source.ports)} port(s) from {settings.source.name} every "
+        f"{settings.sampler.interval_ns / 1e6:g} ms; metrics on "
+        f"{agent.server.scheme}://{settings.listen}/metrics"
     )
+    _LOG.info("%s", status)
+    watchdog: Watchdog | None = None
     try:
-        stop.wait()
+        # READY=1 only once /metrics is bound (start) and the sampler has ticked.
+        if not wait_for_first_sample(
+            agent.pipeline, max(30.0, 3 * settings.sampler.interval_ns / 1e9)
+        ):
+            _LOG.error("the sampler produced no sample; stopping")
+            return 1
+        notifier.ready(status)
+        watchdog = _start_watchdog(agent, notifier)
+        while True:
+            wake.wait()
+            wake.clear()
+            if signal.SIGTERM in pending or signal.SIGINT in pending:
+                break
+            if signal.SIGHUP in pending:
+                pending.clear()
+                notifier.reloading()
+                reload_agent(agent, cli_args, args)
+                notifier.ready(status)
     finally:
+        notifier.stopping()
+        if watchdog is not None:
+            watchdog.stop()
         agent.stop()
         _LOG.info("stopped")
     return 0
