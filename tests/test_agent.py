@@ -271,3 +271,17 @@ def test_config_file_supplies_the_source(tmp_path: Path) -> None:
     finally:
         agent.stop()
     assert os.path.exists(config)
+
+
+def test_agent_records_each_run_into_its_own_trace(tmp_path: Path) -> None:
+    recordings = tmp_path / "recordings"
+    agent = RunningAgent("--source", "netdev:lo", "--line-rate", "10", "--record", str(recordings))
+    agent.wait_ready()
+    time.sleep(1.0)
+    status, _, stderr = agent.stop()
+    assert status == 0, stderr
+    (run,) = list(recordings.iterdir())
+    import pyarrow.dataset as ds
+
+    rows = ds.dataset(run).to_table().num_rows
+    assert rows >= 800  # closed and readable after SIGTERM

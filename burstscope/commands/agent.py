@@ -7,7 +7,9 @@ import copy
 import logging
 import signal
 import threading
+import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -33,7 +35,7 @@ from collector.sampler import SamplerConfig, SamplerError, parse_interval
 from collector.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
 from collector.slow_poller import slow_sources_for
 from collector.sources.base import CounterSource, SlowSource
-from collector.trace import TraceWriter
+from collector.trace import TraceError, TraceWriter, prepare_output
 from detectors.config import Thresholds
 
 _LOG = logging.getLogger("burstscope.agent")
@@ -62,6 +64,11 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tls-client-ca", metavar="FILE", help="require client certificates signed by this CA"
     )
+    parser.add_argument(
+        "--record",
+        metavar="DIR",
+        help="also record every sample: one trace per run in DIR/<start time>/",
+    )
     add_mqtt_arguments(parser)
 
 
@@ -77,6 +84,8 @@ class AgentSettings:
     slow_interval_seconds: float
     sysfs_root: str
     mqtt: MqttSettings | None = None  # --mqtt: publish burst and link events
+    recording_dir: str | None = None  # --record / [recording] path
+    recording_piece_seconds: float = 5.0
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
@@ -139,7 +148,25 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         slow_interval_seconds=config.get("source", "slow_interval", 1.0),
         sysfs_root=args.sysfs_root,
         mqtt=_mqtt_settings(args, config),
+        recording_dir=pick("record", "recording", "path", None),
+        recording_piece_seconds=config.get("recording", "piece_seconds", 5.0),
     )
+
+
+def open_recording(settings: AgentSettings) -> TraceWriter | None:
+    """A trace for this run under the recording directory, so restarts never collide."""
+    if settings.recording_dir is None:
+        return None
+    started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = Path(settings.recording_dir) / started
+    try:
+        Path(settings.recording_dir).mkdir(parents=True, exist_ok=True)
+        prepare_output(path)
+    except OSError as exc:
+        raise UsageError(f"cannot record to {settings.recording_dir!r}: {exc.strerror}") from None
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+    return TraceWriter(path, settings.recording_piece_seconds)
 
 
 def _mqtt_settings(args: argparse.Namespace, config: AgentConfig) -> MqttSettings | None:
@@ -223,6 +250,7 @@ def _restart_only(args: argparse.Namespace, settings: AgentSettings) -> dict[str
         "sampler": (sampler.realtime_priority, sampler.cpu, sampler.spin_ns),
         "listen.address": settings.listen,
         "listen TLS": settings.tls,
+        "recording": (settings.recording_dir, settings.recording_piece_seconds),
     }
 
 
@@ -318,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     cli_args = copy.copy(args)  # settings_from_args fills args in; a reload starts afresh
     settings = settings_from_args(args)
-    agent = Agent(settings)
+    agent = Agent(settings, open_recording(settings))
     notifier = Notifier()
     wake = threading.Event()
     pending: list[int] = []
