@@ -223,7 +223,11 @@ class DirectionAnalyzer:
         ):
             raise ValueError("window lengths and max_gap_ns cannot change while running")
         self.thresholds = thresholds
-        for distribution in [self._finest, *(w.distribution for w in self._windows)]:
+        for distribution in [
+            self._finest,
+            *(w.distribution for w in self._windows),
+            *(w.partial for w in self._windows),
+        ]:
             distribution.idle_threshold = thresholds.idle
             distribution.busy_threshold = thresholds.busy
         self._bursts.threshold = thresholds.burst
@@ -335,7 +339,7 @@ class DirectionAnalyzer:
         counts = self._counts
         carry = self._carry
         scales = [self._finest.stats(self.finest_interval_ns)]
-        scales += [w.distribution.stats(w.length_ns) for w in self._windows]
+        scales += [w.stats() for w in self._windows]
         return Summary(
             line_rate_bytes_per_second=self.line_rate_bytes_per_second,
             finest_interval_ns=self.finest_interval_ns,

@@ -117,6 +117,10 @@ class WindowScale:
         self.key = scale_key(length_ns)
         self._scale = bytes_to_utilization  # 1e9 / line rate
         self.distribution = distribution
+        # Windows covered for less than half their length (a trace's first and last, the
+        # edges of a gap) are no fair "15 s average": they count only when a scale has no
+        # other window, as in a trace shorter than the window.
+        self.partial = Distribution(distribution.idle_threshold, distribution.busy_threshold)
         # A and T at the last boundary passed: integer part, interpolated part, covered ns.
         self._bytes_int = 0
         self._bytes_fraction = 0.0
@@ -216,8 +220,14 @@ class WindowScale:
         utilization = np.minimum(window_bytes * self._scale / window_covered, 1.0)
         # Interpolation rounding can leave -1e-12 in an empty window; it is zero.
         np.maximum(utilization, 0.0, out=utilization)
-        self.distribution.add(utilization)
+        full = window_covered * 2 >= self.length_ns
+        self.distribution.add(utilization[full])
+        self.partial.add(utilization[~full])
         return Windows(boundary, utilization, window_covered)
+
+    def stats(self) -> ScaleStats:
+        chosen = self.distribution if self.distribution.count else self.partial
+        return chosen.stats(self.length_ns)
 
 
 def peak_envelope(end_ns: I64, utilization: F64, valid: B, bucket_ns: int) -> tuple[I64, F64]:

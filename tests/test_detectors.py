@@ -279,3 +279,17 @@ def test_synchrony_matrix_and_node_number() -> None:
     assert result.node == 0.25
     together = synchrony(["x", "y"], [a[0], a[0]], [a[1], a[1]])
     assert together.node == 1.0
+
+
+def test_windows_covered_less_than_half_are_left_out_unless_nothing_else() -> None:
+    # 16 s from a 15 s boundary: the second 15 s window holds 1 s, at full line rate.
+    u = np.full(16_000, 0.1)
+    u[15_000:] = 1.0
+    summary, _ = analyze(*series(u), RATE)
+    coarse = summary.coarse
+    assert coarse.count == 1
+    assert coarse.maximum == pytest.approx(0.1)
+    # A 5 s trace has only a partial window: it is the best 15 s figure there is.
+    short, _ = analyze(*series(np.full(5_000, 0.3)), RATE)
+    assert short.coarse.count == 1
+    assert short.coarse.maximum == pytest.approx(0.3)
