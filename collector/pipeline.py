@@ -307,11 +307,9 @@ class Pipeline:
 
         Ports present before and after keep their analyzers, so their exported counters
         stay monotonic across the restart (the pause is one long interval, a gap if over
-        max_gap). Raises SamplerError, with the old port set sampled again, if the new
-        sampler cannot start; ValueError while a recording is open (its columns are fixed).
+        max_gap). A recording goes on: its rows name their port. Raises SamplerError, with
+        the old port set sampled again, if the new sampler cannot start.
         """
-        if self.trace is not None:
-            raise ValueError("a recording is open and its port set cannot change")
         if self._reader is None:
             raise RuntimeError("start() first")
         self._in_pipeline_thread(lambda: self._replace_source(source))

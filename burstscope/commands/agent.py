@@ -291,7 +291,7 @@ def reload_agent(agent: Agent, cli_args: argparse.Namespace, running: argparse.N
     if ports_after != ports_before and "source.spec" not in changed:
         try:
             agent.pipeline.replace_source(new.source, slow_sources(new), old.slow_interval_seconds)
-        except (SamplerError, ValueError) as exc:
+        except SamplerError as exc:
             _LOG.error("reload: port filter not applied, still sampling the old ports: %s", exc)
         else:
             settings = replace(settings, source=new.source)
