@@ -192,3 +192,17 @@ def test_subprocess_bad_input_has_no_traceback(tmp_path: Path) -> None:
         "timestamp_ns, device, port, xmit_bytes, rcv_bytes, line_rate_bytes_per_second, "
         "rebaseline, read_ns)\n"
     )
+
+
+def test_thresholds_are_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = str(FIXTURES / "trace")
+    status, default_out, err = report(capsys, trace, "--json")
+    assert status == 0, err
+    status, strict_out, err = report(capsys, trace, "--json", "--saturated", "0.999")
+    assert status == 0, err
+    default = sum(p["bursts"]["saturated_seconds"] for p in json.loads(default_out)["ports"])
+    strict = sum(p["bursts"]["saturated_seconds"] for p in json.loads(strict_out)["ports"])
+    assert strict < default
+    status, _, err = report(capsys, trace, "--burst", "2")
+    assert status == 2
+    assert err.strip() == "burstscope report: error: threshold burst must be in (0, 1], got 2.0"

@@ -54,6 +54,20 @@ def register(subparsers: Any) -> None:
         type=float,
         help="line rate in Gb/s for every port (overrides the trace's line rate column)",
     )
+    defaults = Thresholds()
+    for name, meaning in (
+        ("burst", "a burst is a run of samples above this share of line rate"),
+        ("saturated", "at or above this share a sample is saturated"),
+        ("idle", "below this share a sample or window is idle"),
+        ("busy", "the 'above 25%%' and quiet-window threshold"),
+    ):
+        parser.add_argument(
+            f"--{name}",
+            type=float,
+            metavar="SHARE",
+            default=getattr(defaults, name),
+            help=f"{meaning} (default {getattr(defaults, name):g})",
+        )
     parser.set_defaults(func=run)
 
 
@@ -282,7 +296,13 @@ def _join(parts: list[Any]) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = analyze_paths(args.paths, args.line_rate, args.plot is not None, Thresholds())
+    try:
+        thresholds = Thresholds(
+            burst=args.burst, saturated=args.saturated, idle=args.idle, busy=args.busy
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    report = analyze_paths(args.paths, args.line_rate, args.plot is not None, thresholds)
     if args.plot is not None:
         from burstscope.plot import write_plot
 
