@@ -235,6 +235,9 @@ def test_port_in_use_is_one_line_and_status_2() -> None:
         ),
         (["--tls-cert", "/nonexistent/cert.pem"], ["--tls-cert and --tls-key go together"]),
         (["--config", "/nonexistent/agent.toml"], ["/nonexistent/agent.toml: cannot read"]),
+        (["--tls-client-ca", "/nonexistent/ca.pem"], ["--tls-client-ca needs --tls-cert"]),
+        (["--record", "/proc/burstscope-recordings"], ["cannot record to"]),
+        (["--interval", "5us"], ["interval '5us' is outside"]),
     ],
 )
 def test_bad_agent_input(args: list[str], fragments: list[str]) -> None:
