@@ -381,3 +381,38 @@ def test_unreachable_broker_at_start_keeps_serving_and_spools(sysfs_copy: Path) 
         port.close()
     assert status == 0
     assert stderr.count("unreachable") >= 1 and "Traceback" not in stderr
+
+
+def test_disk_spool_survives_an_agent_restart(tmp_path: Path, sysfs_copy: Path) -> None:
+    """Messages spooled while the broker was away reach it from the next agent run."""
+    (tmp_path / "broker").mkdir()
+    broker = Broker(tmp_path / "broker")
+    url = f"mqtt://127.0.0.1:{broker.port}"  # nothing listens there yet
+    spool = tmp_path / "spool"
+    port = EmulatedPort(sysfs_copy)
+    subscriber = None
+    try:
+        first = RunningAgent(*agent_args(sysfs_copy, url, "--mqtt-spool-dir", str(spool)))
+        first.wait_ready()
+        time.sleep(2.0)
+        spooled = metric(fetch(first.url + "/metrics"), "burstscope_mqtt_spool_messages ")
+        assert spooled >= 5
+        status, _, stderr = first.stop()
+        assert status == 0, stderr
+        broker.start()
+        subscriber = Subscriber(url, "--session", "restart-test")
+        second = RunningAgent(*agent_args(sysfs_copy, url, "--mqtt-spool-dir", str(spool)))
+        second.wait_ready()
+        runs = lambda: sorted({e["run"] for e in subscriber.events()})  # noqa: E731
+        assert subscriber.wait_for(lambda: len(runs()) >= 2, 20), runs()
+        status, _, stderr = second.stop()
+        assert status == 0, stderr
+    finally:
+        port.close()
+        if subscriber is not None:
+            subscriber.stop()
+        broker.kill()
+    earlier = [e["seq"] for e in subscriber.events() if e["run"] == runs()[0]]
+    # The first run's messages, in order from its first: none lost to the restart.
+    assert len(earlier) >= spooled
+    assert earlier[: int(spooled)] == list(range(1, int(spooled) + 1))
