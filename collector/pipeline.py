@@ -313,12 +313,14 @@ class Pipeline:
         if self._reader is None:
             raise RuntimeError("start() first")
         self._in_pipeline_thread(lambda: self._replace_source(source))
-        if self.slow is not None:
+        previous = self.slow
+        if previous is not None:
             with contextlib.suppress(Exception):
-                self.slow.stop()
-        # Slow counters' increments restart from the new poller's first poll.
+                previous.stop()
         self.slow = SlowPoller(slow_sources, slow_interval_seconds) if slow_sources else None
         if self.slow is not None:
+            if previous is not None:
+                self.slow.adopt(previous)  # kept ports' slow totals carry on
             self.slow.start()
 
     def _replace_source(self, source: CounterSource) -> None:

@@ -132,6 +132,19 @@ class SlowPoller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def adopt(self, previous: SlowPoller) -> None:
+        """Carry on the totals of a poller this one replaces (a reload changed the ports).
+
+        Counters of ports kept keep their cumulative increments, so exported counters
+        stay monotonic; the interval across the replacement is re-baselined, not counted.
+        """
+        with previous._lock:
+            counters = dict(previous._counters)
+            trackers = dict(previous._trackers)
+        with self._lock:
+            self._counters.update(counters)
+            self._trackers.update(trackers)
+
     def start(self) -> None:
         if self._thread is not None:
             raise RuntimeError("SlowPoller already started")

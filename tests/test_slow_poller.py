@@ -224,3 +224,23 @@ def test_slow_sources_for_the_netdev_source_reads_lo_for_real() -> None:
 def test_slow_sources_for_an_unknown_source() -> None:
     with pytest.raises(TypeError, match="no slow sources known for str"):
         slow_sources_for("sysfs")
+
+
+def test_a_replacing_poller_carries_the_totals_on(sysfs_copy: Path) -> None:
+    """A port-filter reload replaces the poller; kept counters must not go back to zero."""
+    ports = discover(sysfs_copy).ports
+    wait_file = sysfs_copy / "class/infiniband/mlx5_0/ports/1/counters/port_xmit_wait"
+    key = ("mlx5_0", 1, "port_xmit_wait")
+    first = SlowPoller([PortSlowSource(ports)], minimum_interval_seconds=0)
+    first.poll_once()
+    wait_file.write_text("5831\n")  # +1000
+    first.poll_once()
+    assert first.snapshot().counters[key].increment == 1000
+    second = SlowPoller([PortSlowSource(ports)], minimum_interval_seconds=0)
+    second.adopt(first)
+    second.poll_once()  # re-baselines: the interval across the swap is not counted
+    wait_file.write_text("6831\n")  # +1000
+    second.poll_once()
+    assert second.snapshot().counters[key].increment == 2000
+    first.close()
+    second.close()
