@@ -19,7 +19,10 @@ from collector.pipeline import DIRECTIONS, Snapshot
 WINDOW_NS = 15_000_000_000
 SPARK_SECONDS = 30
 _SPARKS = " ▁▂▃▄▅▆▇█"
-_CONGESTION = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "port_xmit_wait")
+# Packets, so they add up: ECN marks received, CNPs sent and handled (port_xmit_wait
+# counts ticks, a different unit, and is on the dashboards instead).
+_ECN = ("np_ecn_marked_roce_packets",)
+_CNP = ("np_cnp_sent", "rp_cnp_handled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,17 +40,23 @@ class Row:
     hidden_seconds: float
     bursts_per_second: float
     history: list[float]
-    congestion: int | None
+    ecn_marked: int | None  # since the agent started
+    cnp: int | None
 
 
 def rows(snapshot: Snapshot) -> list[Row]:
     now = snapshot.now_ns
-    congestion: dict[tuple[str, int], int] = {}
+    ecn: dict[tuple[str, int], int] = {}
+    cnp: dict[tuple[str, int], int] = {}
     if snapshot.slow is not None:
         for state in snapshot.slow.counters.values():
-            if state.name in _CONGESTION and state.increment is not None:
-                key = (state.device, state.port)
-                congestion[key] = congestion.get(key, 0) + state.increment
+            if state.increment is None:
+                continue
+            key = (state.device, state.port)
+            if state.name in _ECN:
+                ecn[key] = ecn.get(key, 0) + state.increment
+            elif state.name in _CNP:
+                cnp[key] = cnp.get(key, 0) + state.increment
     out = []
     for port in snapshot.ports:
         key = (port.spec.device, port.spec.port)
@@ -67,11 +76,21 @@ def rows(snapshot: Snapshot) -> list[Row]:
                     hidden_seconds=view.hidden_saturated_seconds,
                     bursts_per_second=live.burst_rate(WINDOW_NS, now),
                     history=live.history(SPARK_SECONDS, now),
-                    congestion=congestion.get(key),
+                    ecn_marked=ecn.get(key),
+                    cnp=cnp.get(key),
                 )
             )
     out.sort(key=lambda r: (-r.hidden_seconds, -(r.peak or 0.0), r.port, r.direction))
     return out
+
+
+def count(value: int | None) -> str:
+    if value is None:
+        return "-"
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= size:
+            return f"{value / size:.1f}{unit}"
+    return str(value)
 
 
 def percent(value: float | None) -> str:
@@ -113,7 +132,7 @@ def table(snapshot: Snapshot, title: str = "burstscope top") -> Table:
         ("hidden", "right"),
         ("bursts/s", "right"),
         (f"peak per second, last {SPARK_SECONDS} s", "left"),
-        ("congestion", "right"),
+        ("ECN / CNP", "right"),
     ):
         view.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for row in rows(snapshot):
@@ -129,7 +148,9 @@ def table(snapshot: Snapshot, title: str = "burstscope top") -> Table:
             Text(f"{row.hidden_seconds:.1f} s", style="bold red" if row.hidden_seconds else ""),
             f"{row.bursts_per_second:.1f}",
             Text(sparkline(row.history), style="cyan"),
-            "-" if row.congestion is None else str(row.congestion),
+            "-"
+            if row.ecn_marked is None and row.cnp is None
+            else f"{count(row.ecn_marked)} / {count(row.cnp)}",
         )
     return view
 

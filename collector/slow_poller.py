@@ -29,6 +29,7 @@ from collector.sources.infiniband import InfiniBandSource
 from collector.sources.netdev import NetdevSource
 from collector.sources.port_slow import PortSlowSource
 from collector.sources.rdma_netlink import RdmaNetlinkSource
+from collector.sources.sim import SimSlowSource, SimSource
 from detectors.counters import CounterTracker
 
 _LOG = logging.getLogger(__name__)
@@ -361,6 +362,11 @@ def slow_sources_for(
             sources.extend(
                 EthtoolSource(p.netdev, device=p.device, port=p.port) for p in ports if p.netdev
             )
+    elif isinstance(fast_source, SimSource):
+        # The simulated node's congestion counters, on the same model and clock.
+        sources.append(
+            SimSlowSource(fast_source.profile, fast_source.seed, fast_source.zero_monotonic_ns)
+        )
     elif isinstance(fast_source, NetdevSource):
         if with_ethtool:
             sources.extend(EthtoolSource(interface) for interface in fast_source.interfaces)

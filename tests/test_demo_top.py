@@ -47,6 +47,11 @@ def test_demo_json_reports_the_run_and_serves_metrics(tmp_path: Path) -> None:
         'port="1",window="15s"}'
     )
     assert metric(body, peak) >= 0.95
+    # The simulated node's slow counters: congestion rises with its saturated milliseconds.
+    wait = 'burstscope_port_transmit_wait_total{device="mlx5_0",port="1"}'
+    assert metric(body, wait) > 0
+    cnp = 'burstscope_port_congestion_packets_total{counter="np_cnp_sent",device="mlx5_0",port="1"}'
+    assert metric(body, cnp) > 0
     report = json.loads(stdout)
     assert len(report["ports"]) == 18
     rail = next(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collector.discovery import DATA_COUNTER_OCTETS
+from collector.simulation.congestion import SATURATED, congestion_counters
 from collector.simulation.cursor import CounterCursor
 from collector.simulation.model import TrafficModel
 from collector.simulation.profiles import MS, SECOND
@@ -51,13 +52,6 @@ _QUIET_HW_COUNTERS = (
 )
 # RoCE with a 4096-byte MTU: packets are estimated from bytes.
 _PACKET_BYTES = 4096
-# A millisecond at >= 90% of line rate is saturated (DESIGN.md); while saturated, the port
-# waits for credits and the switch marks ECN, so these rise per saturated millisecond.
-_SATURATED = 0.9
-_XMIT_WAIT_PER_MS = 40_000  # port_xmit_wait ticks
-_ECN_MARKED_PER_MS = 60  # np_ecn_marked_roce_packets (receive side)
-_CNP_HANDLED_PER_MS = 25  # rp_cnp_handled (transmit side slows down)
-_HW_COUNTER_MASK = (1 << 32) - 1  # mlx5 Q counters are 32-bit and wrap
 
 
 def write_text(path: Path, text: str) -> None:
@@ -153,7 +147,7 @@ class SysfsWriter:
                 if previous is not None and model_time_ns > previous:
                     elapsed = model_time_ns - previous
                     utilization = (value - last[direction]) / (port.bytes_per_ns * elapsed)
-                    if utilization >= _SATURATED:
+                    if utilization >= SATURATED:
                         self._saturated_ms[index][direction] += elapsed / MS
                 last[direction] = value
         self._last_time = model_time_ns
@@ -172,14 +166,9 @@ class SysfsWriter:
                 ("counters/unicast_rcv_packets", rcv),
             ):
                 self._put(index, name, value)
-            sent_ms, received_ms = self._saturated_ms[index]
-            marked = int(received_ms * _ECN_MARKED_PER_MS)
-            self._put(index, "counters/port_xmit_wait", int(sent_ms * _XMIT_WAIT_PER_MS))
-            self._put(index, "hw_counters/np_ecn_marked_roce_packets", marked & _HW_COUNTER_MASK)
-            # The notification point sends at most one CNP per flow per interval: fewer than marked.
-            self._put(index, "hw_counters/np_cnp_sent", (marked // 2) & _HW_COUNTER_MASK)
-            handled = int(sent_ms * _CNP_HANDLED_PER_MS) & _HW_COUNTER_MASK
-            self._put(index, "hw_counters/rp_cnp_handled", handled)
+            for name, value in congestion_counters(*self._saturated_ms[index]).items():
+                directory = "counters" if name == "port_xmit_wait" else "hw_counters"
+                self._put(index, f"{directory}/{name}", value)
 
     def run(
         self,

@@ -6,13 +6,24 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from collector.discovery import DATA_COUNTER_OCTETS
+from collector.simulation.congestion import SATURATED, congestion_counters
 from collector.simulation.cursor import CounterCursor
 from collector.simulation.model import Schedule, TrafficModel
-from collector.simulation.profiles import DEFAULT_PROFILE, PORTS, profile_named
+from collector.simulation.profiles import DEFAULT_PROFILE, MS, PORTS, SECOND, profile_named
 from collector.sources import SourceOptions
-from collector.sources.base import STATUS_OK, STATUS_REBASELINE, PortSpec, SampleRow, SourceError
+from collector.sources.base import (
+    STATUS_OK,
+    STATUS_REBASELINE,
+    PortSpec,
+    SampleRow,
+    SlowReading,
+    SourceError,
+)
+from collector.sources.hw_counters import hw_counter_spec
+from collector.sources.port_slow import PORT_COUNTER_SPECS
 
 
 @dataclass
@@ -101,6 +112,61 @@ class SimSource:
             found.end_ns + np.int64(zero),
             found.bytes,
         )
+
+
+@dataclass
+class SimSlowSource:
+    """The simulated node's slow counters: congestion rising with saturated milliseconds.
+
+    Polled at <= 1 Hz in the consumer process, it replays the model on a 1 ms grid since
+    the last poll (vectorised, a few hundred microseconds) to count saturated
+    milliseconds, then reports what an mlx5 port would (collector.simulation.congestion).
+    """
+
+    profile: str = DEFAULT_PROFILE
+    seed: int = 0
+    zero_monotonic_ns: int = field(default_factory=time.monotonic_ns)
+    name: str = "sim-slow"
+    _model: TrafficModel | None = field(init=False, default=None, repr=False)
+    _last_ns: int = field(init=False, default=0)
+    _saturated_ms: npt.NDArray[np.float64] = field(init=False, repr=False)
+
+    def open(self) -> None:
+        self._model = TrafficModel(self.profile, self.seed)
+        self._last_ns = max(time.monotonic_ns() - self.zero_monotonic_ns, 0)
+        self._saturated_ms = np.zeros((len(PORTS), 2))
+
+    def poll(self) -> list[SlowReading]:
+        model = self._model
+        assert model is not None, "open() first"
+        now = max(time.monotonic_ns() - self.zero_monotonic_ns, 0)
+        start = max(self._last_ns, now - 10 * SECOND)  # a long pause is not replayed whole
+        grid = np.arange(start, now + 1, MS, dtype=np.int64)
+        if grid.size >= 2:
+            model.extend_to(int(grid[-1]))
+            rates = np.array([p.bytes_per_ns for p in PORTS], dtype=np.float64)[:, None]
+            for direction, counters in enumerate(model.counters_at(grid)):
+                utilization = np.diff(counters, axis=1) / (rates * MS)
+                self._saturated_ms[:, direction] += np.count_nonzero(
+                    utilization >= SATURATED, axis=1
+                )
+            model.forget_before(int(grid[-1]) - SECOND)
+            self._last_ns = int(grid[-1])
+        readings = []
+        for index, port in enumerate(PORTS):
+            sent, received = self._saturated_ms[index]
+            readings.append(SlowReading(port.device, port.port, "state", 4, None))
+            rate = port.line_rate_bytes_per_second
+            readings.append(
+                SlowReading(port.device, port.port, "rate_bytes_per_second", rate, None)
+            )
+            for name, value in congestion_counters(sent, received).items():
+                spec = PORT_COUNTER_SPECS.get(name) or hw_counter_spec(name)
+                readings.append(SlowReading(port.device, port.port, name, value, spec))
+        return readings
+
+    def close(self) -> None:
+        self._model = None
 
 
 def from_spec(argument: str | None, options: SourceOptions) -> SimSource:
