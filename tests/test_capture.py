@@ -24,9 +24,10 @@ from scapy.utils import rdpcap
 
 from burstscope.cli import main
 from collector.capture import live
-from collector.capture.analysis import address_text, analyze_capture
-from collector.capture.decode import OPCODE_NAMES, SKIP_REASONS, decode
+from collector.capture.analysis import analyze_capture
+from collector.capture.decode import SKIP_REASONS, decode
 from collector.capture.pcap import PcapError, parse_pcap, pcap_bytes
+from detectors.packets import OPCODE_NAMES, address_text
 
 T0 = 1_700_000_000_000_000_000
 QPS = (0x11, 0x12, 0x3FF, 0xABCDEF)

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from burstscope.errors import UsageError
-from collector.capture.analysis import Analysis, GroupStats, analyze_capture
+from collector.capture.analysis import analyze_capture
 from collector.capture.coflows import MappingError, collisions, read_mapping
 from collector.capture.decode import decode
 from collector.capture.live import DEFAULT_SNAPLEN, LiveCaptureError, capture
 from collector.capture.pcap import PcapError, parse_pcap, read_pcap
+from detectors.packets import Analysis, GroupStats
 
 
 def register(subparsers: Any) -> None:

@@ -1,1 +1,1 @@
-"""RoCEv2 packet analysis: pcap records, a vectorized BTH decoder, per-QP statistics, coflows."""
+"""RoCEv2 capture: pcap and live records, a vectorized BTH decoder, glue to detectors/."""

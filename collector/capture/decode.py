@@ -14,13 +14,13 @@ import numpy as np
 import numpy.typing as npt
 
 from collector.capture.pcap import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, Records
+from detectors.packets import OPCODE_NAMES
 
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
 B = npt.NDArray[np.bool_]
 
 ROCE_PORT = 4791  # IANA, RoCEv2 (IBTA Annex A17)
-CNP_OPCODE = 0x81
 BTH_BYTES = 12
 ICRC_BYTES = 4
 UDP_BYTES = 8
@@ -29,39 +29,7 @@ ETHERTYPE_IPV6 = 0x86DD
 VLAN_ETHERTYPES = (0x8100, 0x88A8, 0x9100)  # 802.1Q, 802.1ad and the old QinQ tag
 FRAGMENT_BITS = 0x3FFF  # IPv4 MF flag and fragment offset
 
-# IBTA vol. 1 table 35, the same set scapy.contrib.roce knows (checked by the tests).
-_TRANSPORTS = {"RC": 0x00, "UC": 0x20, "RD": 0x40, "UD": 0x60}
-_OPERATIONS = {
-    "SEND_FIRST": 0x00,
-    "SEND_MIDDLE": 0x01,
-    "SEND_LAST": 0x02,
-    "SEND_LAST_WITH_IMMEDIATE": 0x03,
-    "SEND_ONLY": 0x04,
-    "SEND_ONLY_WITH_IMMEDIATE": 0x05,
-    "RDMA_WRITE_FIRST": 0x06,
-    "RDMA_WRITE_MIDDLE": 0x07,
-    "RDMA_WRITE_LAST": 0x08,
-    "RDMA_WRITE_LAST_WITH_IMMEDIATE": 0x09,
-    "RDMA_WRITE_ONLY": 0x0A,
-    "RDMA_WRITE_ONLY_WITH_IMMEDIATE": 0x0B,
-    "RDMA_READ_REQUEST": 0x0C,
-    "RDMA_READ_RESPONSE_FIRST": 0x0D,
-    "RDMA_READ_RESPONSE_MIDDLE": 0x0E,
-    "RDMA_READ_RESPONSE_LAST": 0x0F,
-    "RDMA_READ_RESPONSE_ONLY": 0x10,
-    "ACKNOWLEDGE": 0x11,
-    "ATOMIC_ACKNOWLEDGE": 0x12,
-    "COMPARE_SWAP": 0x13,
-    "FETCH_ADD": 0x14,
-}
-_UC = tuple(list(_OPERATIONS)[:12])  # UC has sends and writes only
-_UD = ("SEND_ONLY", "SEND_ONLY_WITH_IMMEDIATE")
-OPCODE_NAMES: dict[int, str] = {
-    _TRANSPORTS[t] + _OPERATIONS[op]: f"{t}_{op}"
-    for t, ops in (("RC", tuple(_OPERATIONS)), ("UC", _UC), ("RD", tuple(_OPERATIONS)), ("UD", _UD))
-    for op in ops
-}
-OPCODE_NAMES[CNP_OPCODE] = "CNP"
+# The opcodes the statistics can name; any other is skipped as unknown_opcode.
 _KNOWN = np.zeros(256, dtype=np.bool_)
 _KNOWN[list(OPCODE_NAMES)] = True
 
