@@ -120,6 +120,8 @@ def collisions(
     arrival = np.empty_like(pair_first)
     for c in range(count):
         rows = np.flatnonzero(pair_coflow == c)  # in bin order
+        if rows.size == 0:
+            continue  # a mapped coflow that sent nothing in this capture
         run_start = np.flatnonzero(np.diff(pair_bin[rows], prepend=pair_bin[rows][0] - 2) != 1)
         starts = np.zeros(rows.size, dtype=np.int64)
         starts[run_start] = run_start

@@ -162,3 +162,16 @@ def test_mapping_parse_shares_coflows() -> None:
     assert len(mapping.coflows) == 2
     with pytest.raises(MappingError):
         parse_mapping("qp=1\n")
+
+
+def test_a_mapped_coflow_that_sent_nothing_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = run_capture(tmp_path, capsys, MAPPING, "--json")
+    assert status == 0, err
+    silent = MAPPING + "qp=0x77      PP    0            9     # sent no packet\n"
+    status, with_silent, err = run_capture(tmp_path, capsys, silent, "--json")
+    assert status == 0, err
+    assert (
+        json.loads(with_silent)["coflows"]["collisions"] == json.loads(out)["coflows"]["collisions"]
+    )
