@@ -373,6 +373,7 @@ def run_sampler(config: Configuration, cpu: int, duration: float, clock: CpuCloc
         timer_slack_ns=TIMER_SLACK_NS,
     )
     lateness: list[npt.NDArray[np.int64]] = []
+    failed: list[int] = []
     windows: list[npt.NDArray[np.int64]] = []
     cursor = 0
 
@@ -382,6 +383,7 @@ def run_sampler(config: Configuration, cpu: int, duration: float, clock: CpuCloc
         if rows.lost_rows:
             raise RuntimeError(f"benchmark fell behind the ring: {rows.lost_rows} rows lost")
         lateness.append(rows.lateness_ns.astype(np.int64))
+        failed.append(int(np.count_nonzero(rows.status == STATUS_MISSING)))
         windows.append(read_windows(rows.timestamp_ns, rows.read_ns, rows.status))
 
     with Sampler(source, sampler_config) as ring:
@@ -394,8 +396,8 @@ def run_sampler(config: Configuration, cpu: int, duration: float, clock: CpuCloc
         cpu_seconds = clock.seconds(pid) - start
         ticks, missed = ring.get(Field.TICKS), ring.get(Field.MISSED_TICKS)
         realtime, pinned = bool(ring.get(Field.REALTIME)), ring.get(Field.CPU)
-        errors = ring.get(Field.READ_ERRORS)
         drain(ring)
+        errors = sum(failed)
     if errors:
         raise RuntimeError(f"sampler had {errors} failed reads")
     return Measurement(

@@ -45,9 +45,6 @@ class Field(enum.IntEnum):
     REALTIME = 12  # 1 when SCHED_FIFO was granted
     CPU = 13  # the CPU the sampler is pinned to, -1 when not pinned
     TIMER_SLACK_NS = 14
-    READ_ERRORS = 15
-    REOPENS = 16
-    STARTED_NS = 17  # CLOCK_MONOTONIC at the first tick
 
 
 # Plain ints: numpy indexes with an int faster than with an IntEnum (the writer's hot path).

@@ -118,7 +118,6 @@ def run_loop(source: CounterSource, ring: Ring, interval_ns: int, spin_ns: int =
     ticks = 0
     missed = 0
     deadline = clock() + interval_ns
-    header[Field.STARTED_NS] = deadline
     while not header[stop]:
         wait = deadline - clock() - spin_ns
         if wait > 0:

@@ -36,7 +36,6 @@ SCHEMA = pa.schema(
         pa.field("rebaseline", pa.bool_(), nullable=False),
     ]
 )
-COLUMNS = tuple(SCHEMA.names)
 PIECE_PREFIX = "part-"
 
 

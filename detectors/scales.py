@@ -125,7 +125,6 @@ class WindowScale:
         self._bytes_int = 0
         self._bytes_fraction = 0.0
         self._covered = 0
-        self.open_window_end_ns: int | None = None
 
     def advance(self, intervals: Intervals, candidates: I64 | None) -> tuple[Windows, I64]:
         """Close the windows whose end boundary lies in these intervals.
@@ -152,7 +151,6 @@ class WindowScale:
             crossings = end // length - start // length
         holding = np.flatnonzero(crossings)
         if holding.size == 0:
-            self._note_open(intervals)
             return Windows.empty(), holding
         index = holding if candidates is None else candidates[holding]
         count = crossings[holding]
@@ -176,7 +174,6 @@ class WindowScale:
         bytes_fraction = intervals.delta[index] * into / np.maximum(intervals.duration_ns[index], 1)
         covered = intervals.covered_before[index] + into
         windows = self._close(boundary, bytes_int, bytes_fraction, covered)
-        self._note_open(intervals)
         return windows, (holding if candidates is None else candidates[holding])
 
     def finish(self, bytes_total: int, covered_total: int, last_ns: int | None) -> Windows:
@@ -190,11 +187,6 @@ class WindowScale:
             np.zeros(1, dtype=np.float64),
             np.array([covered_total], dtype=np.int64),
         )
-
-    def _note_open(self, intervals: Intervals) -> None:
-        if intervals.end_ns.size:
-            last = int(intervals.end_ns[-1])
-            self.open_window_end_ns = (last // self.length_ns + 1) * self.length_ns
 
     def _close(self, boundary: I64, bytes_int: I64, bytes_fraction: F64, covered: I64) -> Windows:
         previous_int = np.empty_like(bytes_int)

@@ -31,10 +31,6 @@ class SourceOptions:
     line_rate_bytes_per_second: int | None = None
 
 
-def source_names() -> tuple[str, ...]:
-    return tuple(_REGISTRY)
-
-
 def build_source(spec: str, options: SourceOptions | None = None) -> CounterSource:
     """The source a SPEC names; raises SourceError with one clear line when it cannot be built."""
     name, _, argument = spec.partition(":")

@@ -52,9 +52,6 @@ class PairedFileReader:
         self._next_status = [STATUS_REBASELINE] * count
         self._retry_at = [0] * count
         self._backoff = [_FIRST_RETRY_NS] * count
-        self.read_errors = [0] * count
-        self.reopens = [0] * count
-        self.last_error = [""] * count
 
     def open(self) -> None:
         for index in range(len(self._files)):
@@ -75,16 +72,15 @@ class PairedFileReader:
         try:
             self._xmit_fd[index] = os.open(files.xmit_path, os.O_RDONLY | os.O_CLOEXEC)
             self._rcv_fd[index] = os.open(files.rcv_path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
+        except OSError:
             self._close(index)
-            self._fail(index, exc)
+            self._fail(index)
             return False
         self._next_status[index] = STATUS_REBASELINE
         return True
 
-    def _fail(self, index: int, exc: Exception) -> None:
-        self.read_errors[index] += 1
-        self.last_error[index] = f"{type(exc).__name__}: {exc}"
+    def _fail(self, index: int) -> None:
+        # Failures reach the consumer as STATUS_MISSING rows (burstscope_port_failed_reads).
         now = time.monotonic_ns()
         self._retry_at[index] = now + self._backoff[index]
         self._backoff[index] = min(self._backoff[index] * 2, _MAX_RETRY_NS)
@@ -105,17 +101,16 @@ class PairedFileReader:
                     timestamps[index] = now
                     status[index] = STATUS_MISSING
                     continue
-                self.reopens[index] += 1
                 xmit_fd = xmit_fds[index]
             before = clock()
             try:
                 # int() accepts b"123\n"; b"N/A (no PMA)" raises ValueError like a failed read.
                 x = int(pread(xmit_fd, _READ_BYTES, 0))
                 r = int(pread(rcv_fds[index], _READ_BYTES, 0))
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError):
                 after = clock()
                 self._close(index)
-                self._fail(index, exc)
+                self._fail(index)
                 timestamps[index] = after
                 durations[index] = after - before
                 status[index] = STATUS_MISSING
@@ -150,11 +145,6 @@ class FileCounterSource:
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
-
-    @property
-    def reader(self) -> PairedFileReader | None:
-        """The open reader (its per-port error and reopen counts), or None before open()."""
-        return self._reader
 
     def open(self) -> None:
         self._reader = PairedFileReader(self._files)
