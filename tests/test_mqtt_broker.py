@@ -39,7 +39,11 @@ class Broker:
         self.config.write_text(
             f"listener {self.port} 127.0.0.1\n"
             f"allow_anonymous {'true' if anonymous else 'false'}\n"
-            f"persistence true\npersistence_location {directory}/\nautosave_interval 1\n"
+            f"persistence true\npersistence_location {directory}/\n"
+            # Save after every change, not once a second: a subscriber's persistent session
+            # must outlive a SIGKILL that comes right after it subscribed (the outage test
+            # kills the broker; with timed saves the session was sometimes never on disk).
+            "autosave_on_changes true\nautosave_interval 1\n"
             + ("user root\n" if os.geteuid() == 0 else "")
             + extra
         )
@@ -62,6 +66,10 @@ class Broker:
             f"mosquitto did not listen: {(self.directory / 'mosquitto.log').read_text()}"
         )
 
+    def log(self) -> str:
+        path = self.directory / "mosquitto.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
@@ -81,6 +89,7 @@ class Subscriber:
 
     def __init__(self, url: str, *args: str) -> None:
         self.lines: list[dict[str, Any]] = []
+        self.stderr_lines: list[str] = []
         self.process = subprocess.Popen(
             [sys.executable, "-m", "burstscope", "events", "--mqtt", url, "--json", *args],
             stdout=subprocess.PIPE,
@@ -100,8 +109,12 @@ class Subscriber:
     def _watch_stderr(self) -> None:
         assert self.process.stderr is not None
         for line in self.process.stderr:
+            self.stderr_lines.append(line)
             if "subscribed" in line:
                 self.subscribed.set()
+
+    def stderr_text(self) -> str:
+        return "".join(self.stderr_lines)
 
     def events(self) -> list[dict[str, Any]]:
         return [line for line in list(self.lines) if "seq" in line and "gap" not in line]
@@ -201,7 +214,10 @@ def test_outage_of_ten_seconds_loses_nothing(
     offline = [line for line in subscriber.lines if line.get("online") is False][-1]
     events = subscriber.events()
     seqs = [event["seq"] for event in events]
-    assert seqs == list(range(1, offline["last_seq"] + 1)), "out of order or missing"
+    assert seqs == list(range(1, offline["last_seq"] + 1)), (
+        f"out of order or missing; broker log:\n{broker.log()}\nsubscriber stderr:\n"
+        f"{subscriber.stderr_text()}"
+    )
     assert not [line for line in subscriber.lines if "gap" in line]
     bursts = [e for e in events if e["kind"] == "burst"]
     meanwhile = [e for e in bursts if killed_ns <= e["end_ns"] <= restarted_ns]
