@@ -26,8 +26,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from collector.trace import PortColumns, TraceWriter  # noqa: E402
+from collector.trace import PortColumns, SlowRow, TraceWriter  # noqa: E402
 from detectors.analyzer import BATCH_BLOCK, DirectionAnalyzer, analyze  # noqa: E402
+from detectors.counters import RESETTING_64  # noqa: E402
 
 RATE = 50_000_000_000  # 400 Gb/s in bytes per second
 MS = 1_000_000
@@ -87,11 +88,38 @@ def bench_streaming(seconds: int) -> dict[str, float]:
     }
 
 
+# What a RoCE port's slow sources poll each second (port_slow, hw counters, ethtool PFC):
+# 32 counters, so the report also reads the ~1 M slow rows an hour of 9 ports brings.
+SLOW_NAMES = (
+    "port_xmit_wait",
+    "rp_cnp_handled",
+    "np_cnp_sent",
+    "np_ecn_marked_roce_packets",
+    "symbol_error",
+    "link_downed",
+    "port_rcv_errors",
+    "out_of_sequence",
+    *(f"{side}_prio{p}_pause" for side in ("rx", "tx") for p in range(4)),
+    *(f"{side}_prio{p}_pause_duration" for side in ("rx", "tx") for p in range(4)),
+    *(f"{side}_prio{p}_bytes" for side in ("rx", "tx") for p in range(4)),
+)
+
+
+def slow_rows(second: int, ports: int) -> list[SlowRow]:
+    when = START_NS + second * 1_000_000_000 + 500_000_000
+    return [
+        SlowRow(when, f"mlx5_{port}", 1, name, second * (index + 1), RESETTING_64, second == 0)
+        for port in range(ports)
+        for index, name in enumerate(SLOW_NAMES)
+    ]
+
+
 def write_trace(path: Path, seconds: int, ports: int) -> int:
     writer = TraceWriter(path, piece_seconds=5.0)
     read_ns = np.full(1000, 3_000, dtype=np.int64)
     rebaseline = np.zeros(1000, dtype=np.bool_)
     for second in range(seconds):
+        writer.append_slow(slow_rows(second, ports))
         columns = []
         for port in range(ports):
             stamps, xmit = traffic(1000, second * 1000, 10_000 * port + second)

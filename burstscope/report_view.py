@@ -13,6 +13,7 @@ from rich.table import Table
 from detectors.analyzer import Summary
 from detectors.bursts import Bursts
 from detectors.config import NS_PER_SECOND, scale_label
+from detectors.congestion import CongestionShare
 from detectors.contrast import contrast
 from detectors.synchrony import Synchrony
 
@@ -48,6 +49,8 @@ class DirectionReport:
     summary: Summary
     bursts: Bursts
     plot: PlotSeries
+    # Congestion counters recorded beside the samples (empty without slow pieces), by name.
+    congestion: tuple[tuple[str, CongestionShare], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +145,15 @@ def direction_json(port: PortReport, direction: DirectionReport) -> dict[str, An
             "idle_fraction_coarse": _round(seen.idle_fraction_coarse),
             "idle_fraction_finest": _round(seen.idle_fraction_finest),
         },
+        "congestion": {
+            name: {
+                "increments": share.increments_total,
+                "during_saturation": share.increments_during_saturation,
+                "share": _round(share.share),
+                "unknown_intervals": share.unknown_intervals,
+            }
+            for name, share in direction.congestion
+        },
         "verdict": seen.verdict,
         "warnings": list(port.warnings) + direction_warnings(summary),
     }
@@ -177,6 +189,18 @@ def _duration(seconds: float | None) -> str:
     if seconds >= 1:
         return f"{seconds:.2f} s"
     return f"{seconds * 1000:.1f} ms"
+
+
+def congestion_line(shares: tuple[tuple[str, CongestionShare], ...]) -> str | None:
+    """E.g. ``congestion in saturated seconds: port_xmit_wait 97% of 2.5e+08``; None if quiet."""
+    parts = [
+        f"{name} {_percent(share.share)} of {share.increments_total:,}"
+        for name, share in shares
+        if share.increments_total > 0
+    ]
+    if not parts:
+        return None
+    return "congestion in saturated seconds: " + ", ".join(parts)
 
 
 def print_table(report: Report, console: Console | None = None) -> None:
@@ -226,6 +250,9 @@ def print_table(report: Report, console: Console | None = None) -> None:
             )
             tag = "tx" if direction.direction == "transmit" else "rx"
             verdicts.append(f"{port.label} {tag}: {seen.verdict}")
+            line = congestion_line(direction.congestion)
+            if line:
+                verdicts.append(f"{port.label} {tag}: {line}")
             verdicts += [
                 f"[yellow]{port.label} {tag}: warning: {w}[/]"
                 for w in list(port.warnings) + direction_warnings(summary)

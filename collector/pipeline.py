@@ -24,7 +24,7 @@ import numpy.typing as npt
 from collector.consumer import RingReader
 from collector.ring import Field, Ring
 from collector.sampler import Sampler, SamplerConfig, SamplerError
-from collector.slow_poller import SlowPoller, SlowSnapshot
+from collector.slow_poller import SlowPoller, SlowSnapshot, slow_rows
 from collector.sources.base import CounterSource, PortSpec, SlowSource
 from collector.trace import TraceWriter
 from detectors.analyzer import DirectionAnalyzer
@@ -113,7 +113,7 @@ class Pipeline:
         self.thresholds = thresholds or Thresholds()
         self.sampler = Sampler(source, sampler_config)
         self.interval_ns = self.sampler.config.interval_ns
-        self.slow = SlowPoller(slow_sources, slow_interval_seconds) if slow_sources else None
+        self.slow = self._slow_poller(slow_sources, slow_interval_seconds)
         self.listeners: list[BurstListener] = []
         self._ports = [self._new_port(spec) for spec in source.ports]
         self._lock = threading.Lock()
@@ -132,6 +132,11 @@ class Pipeline:
         # What readers see: rebuilt by every drain, immutable, swapped in under the lock.
         self._views = tuple(self._view(state) for state in self._ports)
         self._views_now_ns = 0
+
+    def _slow_poller(self, sources: Sequence[SlowSource], interval: float) -> SlowPoller | None:
+        if not sources:
+            return None
+        return SlowPoller(sources, interval, record=self.trace is not None)
 
     def _new_port(self, spec: PortSpec) -> _PortState:
         analyzers = {
@@ -175,6 +180,9 @@ class Pipeline:
         missing_before = list(reader.missing_by_port)
         columns, lateness, read_ns = reader.poll_with_timing()
         if self.trace is not None:
+            slow = self.slow
+            if slow is not None:
+                self.trace.append_slow(slow_rows(slow.take_recorded(), reader.wall_offset_ns))
             self.trace.append(columns)
         closed: list[tuple[PortSpec, str, Bursts]] = []
         for index, (state, port) in enumerate(zip(self._ports, columns, strict=True)):
@@ -250,7 +258,7 @@ class Pipeline:
             self._thread = None
         if self.slow is not None:
             with contextlib.suppress(Exception):
-                self.slow.stop()
+                self.slow.stop(final_poll=self.trace is not None)
         self.sampler.stop()
         if self._reader is not None:
             with contextlib.suppress(Exception):
@@ -317,7 +325,7 @@ class Pipeline:
         if previous is not None:
             with contextlib.suppress(Exception):
                 previous.stop()
-        self.slow = SlowPoller(slow_sources, slow_interval_seconds) if slow_sources else None
+        self.slow = self._slow_poller(slow_sources, slow_interval_seconds)
         if self.slow is not None:
             if previous is not None:
                 self.slow.adopt(previous)  # kept ports' slow totals carry on

@@ -1,16 +1,18 @@
-"""Recording: the sampler's ring, drained every 100 ms into a trace of closed Parquet pieces."""
+"""Recording: the sampler's ring, drained every 100 ms into a trace of closed Parquet pieces,
+with the slow counters polled at about 1 Hz beside it."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from collector.consumer import RingReader
 from collector.ring import Field
 from collector.sampler import Sampler, SamplerConfig, SamplerError
-from collector.sources.base import CounterSource
+from collector.slow_poller import SlowPoller, slow_rows
+from collector.sources.base import CounterSource, SlowSource
 from collector.trace import TraceWriter
 
 _DRAIN_SECONDS = 0.1
@@ -19,6 +21,7 @@ _DRAIN_SECONDS = 0.1
 @dataclass(frozen=True, slots=True)
 class RecordSummary:
     rows: int
+    slow_rows: int  # slow counter readings recorded beside the samples
     pieces: int
     ticks: int
     missed_ticks: int
@@ -35,18 +38,30 @@ def record(
     config: SamplerConfig,
     piece_seconds: float = 5.0,
     should_stop: Callable[[], bool] = lambda: False,
+    slow_sources: Sequence[SlowSource] = (),
+    slow_interval_seconds: float = 1.0,
 ) -> RecordSummary:
     """Sample ``source`` into ``path`` for ``duration_seconds`` (None: until should_stop()).
 
-    Whatever was sampled before a stop, a failure or an exception is flushed as a closed
-    piece before returning or raising.
+    ``slow_sources`` (errors, congestion, PFC) are polled at ``slow_interval_seconds`` in a
+    thread of this process and recorded beside the samples. Whatever was sampled before a
+    stop, a failure or an exception is flushed as a closed piece before returning or raising.
     """
     writer = TraceWriter(path, piece_seconds)
     sampler = Sampler(source, config)
+    slow = SlowPoller(slow_sources, slow_interval_seconds, record=True) if slow_sources else None
     try:
         ring = sampler.start()
         reader = RingReader(ring, source.ports)
+
+        def drain() -> None:
+            if slow is not None:
+                writer.append_slow(slow_rows(slow.take_recorded(), reader.wall_offset_ns))
+            writer.append(reader.poll())
+
         started = time.monotonic()
+        if slow is not None:
+            slow.start()
         try:
             while not should_stop():
                 if duration_seconds is not None:
@@ -56,15 +71,18 @@ def record(
                     time.sleep(min(_DRAIN_SECONDS, remaining))
                 else:
                     time.sleep(_DRAIN_SECONDS)
-                writer.append(reader.poll())
+                drain()
                 if not sampler.alive:
                     raise SamplerError("the sampler process died")
         finally:
+            if slow is not None:
+                slow.stop(final_poll=True)
             sampler.stop()
-            writer.append(reader.poll())
+            drain()
             writer.close()
         return RecordSummary(
             rows=writer.rows_written,
+            slow_rows=writer.slow_rows_written,
             pieces=writer.pieces_written,
             ticks=ring.get(Field.TICKS),
             missed_ticks=ring.get(Field.MISSED_TICKS),

@@ -22,7 +22,7 @@ from collector.discovery import (
     read_attribute,
 )
 from collector.sources import rdma_netlink
-from collector.sources.base import SlowSource
+from collector.sources.base import SlowReading, SlowSource
 from collector.sources.ethtool import EthtoolSource
 from collector.sources.hw_counters import LIFESPAN, HwCountersSysfsSource
 from collector.sources.infiniband import InfiniBandSource
@@ -30,6 +30,7 @@ from collector.sources.netdev import NetdevSource
 from collector.sources.port_slow import PortSlowSource
 from collector.sources.rdma_netlink import RdmaNetlinkSource
 from collector.sources.sim import SimSlowSource, SimSource
+from collector.trace import SlowRow
 from detectors.counters import CounterTracker
 
 _LOG = logging.getLogger(__name__)
@@ -81,6 +82,15 @@ class SourceHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordedPoll:
+    """One poll of one source as it read, kept for a trace when recording."""
+
+    timestamp_ns: int  # CLOCK_MONOTONIC midpoint of the poll
+    rebaseline: bool  # first poll after the source was (re)opened
+    readings: tuple[SlowReading, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SlowSnapshot:
     counters: dict[CounterKey, CounterState]
     sources: tuple[SourceHealth, ...]  # in the order the sources were given
@@ -116,7 +126,11 @@ class SlowPoller:
         interval_seconds: float = DEFAULT_INTERVAL_SECONDS,
         intervals: Mapping[str, float] | None = None,
         minimum_interval_seconds: float = MINIMUM_INTERVAL_SECONDS,
+        record: bool = False,
     ) -> None:
+        """``record``: keep every poll's readings until take_recorded() (for a trace)."""
+        self._record = record
+        self._recorded: list[RecordedPoll] = []
         chosen = dict(intervals or {})
         self._states: list[_SourceState] = []
         for source in sources:
@@ -131,6 +145,7 @@ class SlowPoller:
         self._trackers: dict[CounterKey, CounterTracker] = {}
         self._counters: dict[CounterKey, CounterState] = {}
         self._stop = threading.Event()
+        self._final_poll = False
         self._thread: threading.Thread | None = None
 
     def adopt(self, previous: SlowPoller) -> None:
@@ -142,9 +157,18 @@ class SlowPoller:
         with previous._lock:
             counters = dict(previous._counters)
             trackers = dict(previous._trackers)
+            recorded, previous._recorded = previous._recorded, []
         with self._lock:
             self._counters.update(counters)
             self._trackers.update(trackers)
+            if self._record:
+                self._recorded[:0] = recorded  # not yet in the trace: keep them first
+
+    def take_recorded(self) -> list[RecordedPoll]:
+        """The polls read since the last call (recording only), oldest first."""
+        with self._lock:
+            recorded, self._recorded = self._recorded, []
+        return recorded
 
     def start(self) -> None:
         if self._thread is not None:
@@ -155,7 +179,10 @@ class SlowPoller:
         )
         self._thread.start()
 
-    def stop(self, timeout: float | None = 10.0) -> None:
+    def stop(self, timeout: float | None = 10.0, final_poll: bool = False) -> None:
+        """``final_poll``: read every source once more on the way out, so a recording's
+        slow counters cover it to its end."""
+        self._final_poll = final_poll
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -181,6 +208,8 @@ class SlowPoller:
                         state.next_due_ns = deadline if deadline > now else now + state.interval_ns
                 due = min((s.next_due_ns for s in self._states), default=now + 10**9)
                 self._stop.wait(max(0, due - time.monotonic_ns()) / 1e9)
+            if self._final_poll:
+                self.poll_once()
         finally:
             self.close()
 
@@ -236,6 +265,8 @@ class SlowPoller:
             for index, bound in enumerate((*READ_BUCKETS_SECONDS, float("inf"))):
                 if seconds <= bound:
                     state.read_buckets[index] += 1
+            if self._record and readings:
+                self._recorded.append(RecordedPoll(midpoint, rebaseline, tuple(readings)))
             if isinstance(source, ReportsReadErrors):
                 new_errors = source.read_errors - state.reported_read_errors
                 if new_errors > 0:
@@ -282,6 +313,23 @@ class SlowPoller:
                 for s in self._states
             )
         return SlowSnapshot(counters, health)
+
+
+def slow_rows(polls: Sequence[RecordedPoll], wall_offset_ns: int) -> list[SlowRow]:
+    """Recorded polls as trace rows, stamped on the wall clock of the sampler's samples."""
+    return [
+        SlowRow(
+            poll.timestamp_ns + wall_offset_ns,
+            reading.device,
+            reading.port,
+            reading.name,
+            reading.value,
+            reading.counter,
+            poll.rebaseline,
+        )
+        for poll in polls
+        for reading in poll.readings
+    ]
 
 
 def choose_hw_counter_source(

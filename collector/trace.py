@@ -1,7 +1,8 @@
 """The trace format: one row per sample and port, written as closed Parquet pieces.
 
 A trace is a directory of ``part-NNNNNN.parquet`` files (an Arrow/Parquet dataset that
-pyarrow, pandas, DuckDB and Spark read as one table). Each piece is written to a hidden
+pyarrow, pandas, DuckDB and Spark read as one table), with the slow counters polled beside
+the samples in ``_slow/slow-NNNNNN.parquet``. Each piece is written to a hidden
 temporary name and renamed into place once its footer is on disk, so a crash or a kill
 loses at most the piece being filled (<= ``piece_seconds`` of samples) and every earlier
 piece stays readable.
@@ -21,6 +22,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from detectors.counters import CounterKind, CounterSpec
+
 SCHEMA = pa.schema(
     [
         # Wall-clock ns of the read midpoint: CLOCK_MONOTONIC plus an offset fixed at start,
@@ -37,6 +40,28 @@ SCHEMA = pa.schema(
     ]
 )
 PIECE_PREFIX = "part-"
+# The slow counters (errors, congestion, PFC, state, rate) polled at about 1 Hz beside the
+# samples: one row per counter and poll, in ``_slow/slow-NNNNNN.parquet`` pieces closed
+# together with the sample piece of the same number. The leading underscore keeps them out
+# of the samples when pyarrow, pandas or Spark read the trace directory as one table.
+SLOW_DIRECTORY = "_slow"
+SLOW_PREFIX = "slow-"
+SLOW_SCHEMA = pa.schema(
+    [
+        pa.field("timestamp_ns", pa.int64(), nullable=False),  # wall clock, poll midpoint
+        pa.field("device", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("port", pa.int32(), nullable=False),
+        pa.field("name", pa.dictionary(pa.int32(), pa.string()), nullable=False),  # kernel's
+        pa.field("value", pa.uint64(), nullable=False),
+        # How the counter ends its range: resetting, wrapping, saturating; "gauge" for
+        # state and rate, which are not counters.
+        pa.field("kind", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+        pa.field("width_bits", pa.int8(), nullable=False),
+        # True on the first poll after the source was (re)opened: no increment into it.
+        pa.field("rebaseline", pa.bool_(), nullable=False),
+    ]
+)
+GAUGE = "gauge"
 
 
 class TraceError(Exception):
@@ -55,6 +80,19 @@ class PortColumns:
     rcv_bytes: npt.NDArray[np.uint64]
     read_ns: npt.NDArray[np.int64]
     rebaseline: npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class SlowRow:
+    """One slow counter or gauge of one port at one poll, as recorded."""
+
+    timestamp_ns: int  # wall clock
+    device: str
+    port: int
+    name: str
+    value: int
+    spec: CounterSpec | None  # None: a gauge
+    rebaseline: bool
 
 
 def prepare_output(path: Path) -> None:
@@ -80,7 +118,9 @@ class TraceWriter:
         self.piece_ns = int(piece_seconds * 1e9)
         self.rows_written = 0
         self.pieces_written = 0
+        self.slow_rows_written = 0
         self._pending: list[pa.RecordBatch] = []
+        self._pending_slow: list[SlowRow] = []
         self._pending_start_ns: int | None = None
         self._latest_ns: int | None = None
 
@@ -97,27 +137,52 @@ class TraceWriter:
         if self._latest_ns - self._pending_start_ns >= self.piece_ns:
             self.flush()
 
+    def append_slow(self, rows: Sequence[SlowRow]) -> None:
+        """Slow counter readings; they go out with the next sample piece."""
+        self._pending_slow.extend(rows)
+
     def flush(self) -> None:
-        """Close the current piece (if it holds anything): it is readable from now on."""
+        """Close the current piece (if it holds anything): it is readable from now on.
+
+        The slow rows go first, so a piece's samples never exist without its slow rows.
+        """
         if not self._pending:
             return
+        number = self.pieces_written
+        self._flush_slow()
         table = pa.Table.from_batches(self._pending, schema=SCHEMA).sort_by(
             [("timestamp_ns", "ascending")]
         )
-        name = f"{PIECE_PREFIX}{self.pieces_written:06d}.parquet"
-        temporary = self.path / f".{name}.tmp"
-        try:
-            pq.write_table(table, temporary, compression="zstd")
-            os.replace(temporary, self.path / name)
-        except OSError as exc:
-            raise TraceError(f"cannot write {str(self.path / name)!r}: {exc.strerror}") from None
+        self._write(table, f"{PIECE_PREFIX}{number:06d}.parquet")
         self.rows_written += table.num_rows
         self.pieces_written += 1
         self._pending = []
         self._pending_start_ns = None
 
+    def _flush_slow(self) -> None:
+        if self._pending_slow:
+            slow = _slow_table(self._pending_slow).sort_by([("timestamp_ns", "ascending")])
+            directory = self.path / SLOW_DIRECTORY
+            try:
+                directory.mkdir(exist_ok=True)
+            except OSError as exc:
+                raise TraceError(f"cannot write {str(directory)!r}: {exc.strerror}") from None
+            self._write(slow, f"{SLOW_DIRECTORY}/{SLOW_PREFIX}{self.pieces_written:06d}.parquet")
+            self.slow_rows_written += slow.num_rows
+            self._pending_slow = []
+
+    def _write(self, table: pa.Table, name: str) -> None:
+        final = self.path / name
+        temporary = final.with_name(f".{final.name}.tmp")
+        try:
+            pq.write_table(table, temporary, compression="zstd")
+            os.replace(temporary, final)
+        except OSError as exc:
+            raise TraceError(f"cannot write {str(final)!r}: {exc.strerror}") from None
+
     def close(self) -> None:
         self.flush()
+        self._flush_slow()  # polls after the last sample: their own piece, same number
 
 
 def _batch(port: PortColumns) -> pa.RecordBatch:
@@ -137,6 +202,29 @@ def _batch(port: PortColumns) -> pa.RecordBatch:
             pa.array(port.rebaseline, type=pa.bool_()),
         ],
         schema=SCHEMA,
+    )
+
+
+def _slow_table(rows: Sequence[SlowRow]) -> pa.Table:
+    def dictionary(values: list[str], index: pa.DataType) -> pa.DictionaryArray:
+        return (
+            pa.array(values, type=pa.string())
+            .dictionary_encode()
+            .cast(pa.dictionary(index, pa.string()))
+        )
+
+    return pa.Table.from_arrays(
+        [
+            pa.array([r.timestamp_ns for r in rows], type=pa.int64()),
+            dictionary([r.device for r in rows], pa.int32()),
+            pa.array([r.port for r in rows], type=pa.int32()),
+            dictionary([r.name for r in rows], pa.int32()),
+            pa.array([r.value for r in rows], type=pa.uint64()),
+            dictionary([GAUGE if r.spec is None else r.spec.kind.value for r in rows], pa.int8()),
+            pa.array([0 if r.spec is None else r.spec.width_bits for r in rows], type=pa.int8()),
+            pa.array([r.rebaseline for r in rows], type=pa.bool_()),
+        ],
+        schema=SLOW_SCHEMA,
     )
 
 
@@ -324,3 +412,131 @@ def _split_ports(
             line_rate_bytes_per_second=None if rate is None else rate[first:stop],
             rebaseline=None if rebaseline is None else rebaseline[first:stop],
         )
+
+
+# --- Reading slow counters ------------------------------------------------------------
+
+SLOW_COLUMNS = tuple(SLOW_SCHEMA.names)
+
+
+@dataclass(frozen=True, slots=True)
+class SlowSeries:
+    """Every recorded reading of one slow counter or gauge of one port, in time order."""
+
+    device: str
+    port: int
+    name: str
+    spec: CounterSpec | None  # None: a gauge
+    timestamp_ns: npt.NDArray[np.int64]
+    value: npt.NDArray[np.uint64]
+    rebaseline: npt.NDArray[np.bool_]
+
+
+def slow_files(path: Path) -> list[Path]:
+    """A recorded trace directory's slow counter pieces; none for files and CSV."""
+    if not path.is_dir():
+        return []
+    return sorted((path / SLOW_DIRECTORY).glob(f"{SLOW_PREFIX}*.parquet"))
+
+
+def read_slow(path: Path) -> list[SlowSeries]:
+    """The slow counters recorded beside the samples at ``path``, one series per counter.
+
+    Raises :class:`TraceError` naming the file for unreadable pieces, missing columns and
+    unknown counter kinds. Readings are put in time order: a poll taken just before a live
+    reload may land in the next piece.
+    """
+    tables = []
+    for file in slow_files(path):
+        try:
+            table = pq.read_table(file)
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceError(
+                f"{str(file)!r}: not a readable Parquet file (truncated?): {exc}"
+            ) from None
+        missing = [n for n in SLOW_COLUMNS if n not in table.schema.names]
+        if missing:
+            raise TraceError(f"{str(file)!r}: missing column {missing[0]!r}")
+        tables.append((file, table.select(list(SLOW_COLUMNS))))
+    series: list[SlowSeries] = []
+    for file, table in tables:
+        series.extend(_slow_series(file, table))
+    return _join_series(series)
+
+
+def _slow_series(file: Path, table: pa.Table) -> list[SlowSeries]:
+    if table.num_rows == 0:
+        return []
+    for name in SLOW_COLUMNS:
+        if table.column(name).null_count:
+            raise TraceError(f"{str(file)!r}: empty value in column {name!r}")
+    table = table.unify_dictionaries().combine_chunks()
+
+    def coded(name: str) -> tuple[list[str], npt.NDArray[np.int64]]:
+        column = table.column(name).chunk(0)  # one chunk after combine_chunks()
+        if not pa.types.is_dictionary(column.type):
+            column = column.dictionary_encode()
+        words = [str(v) for v in column.dictionary.to_pylist()]
+        return words, np.asarray(column.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+    def numbers(name: str, dtype: type[np.generic]) -> npt.NDArray[Any]:
+        return np.asarray(table.column(name).to_numpy(), dtype=dtype)
+
+    stamps = numbers("timestamp_ns", np.int64)
+    values = numbers("value", np.uint64)
+    ports = numbers("port", np.int64)
+    widths = numbers("width_bits", np.int64)
+    rebaseline = numbers("rebaseline", np.bool_)
+    (devices, device_code), (names, name_code), (kinds, kind_code) = (
+        coded("device"),
+        coded("name"),
+        coded("kind"),
+    )
+    order = np.lexsort((stamps, name_code, ports, device_code))
+    key = np.stack([device_code, ports, name_code])[:, order]
+    starts = np.flatnonzero(np.any(np.diff(key, axis=1, prepend=-1) != 0, axis=0))
+    stops = np.append(starts[1:], order.size)
+    found = []
+    for first, stop in zip(starts.tolist(), stops.tolist(), strict=True):
+        picked = order[first:stop]
+        row = int(picked[0])
+        device, port, name = devices[device_code[row]], int(ports[row]), names[name_code[row]]
+        spec = _spec(file, kinds[kind_code[row]], int(widths[row]), name)
+        found.append(
+            SlowSeries(device, port, name, spec, stamps[picked], values[picked], rebaseline[picked])
+        )
+    return found
+
+
+def _spec(file: Path, kind: str, width: int, name: str) -> CounterSpec | None:
+    if kind == GAUGE:
+        return None
+    try:
+        counter_kind = CounterKind(kind)
+    except ValueError:
+        raise TraceError(f"{str(file)!r}: unknown counter kind {kind!r} for {name}") from None
+    if not 1 <= width <= 64:
+        raise TraceError(f"{str(file)!r}: counter width {width} bits for {name}")
+    return CounterSpec(counter_kind, width)
+
+
+def _join_series(pieces: list[SlowSeries]) -> list[SlowSeries]:
+    """One series per counter across pieces, sorted by device, port and name."""
+    grouped: dict[tuple[str, int, str], list[SlowSeries]] = {}
+    for piece in pieces:
+        grouped.setdefault((piece.device, piece.port, piece.name), []).append(piece)
+    joined = []
+    for key in sorted(grouped):
+        parts = grouped[key]
+        stamps = np.concatenate([p.timestamp_ns for p in parts])
+        order = np.argsort(stamps, kind="stable")
+        joined.append(
+            SlowSeries(
+                *key,
+                spec=parts[-1].spec,
+                timestamp_ns=stamps[order],
+                value=np.concatenate([p.value for p in parts])[order],
+                rebaseline=np.concatenate([p.rebaseline for p in parts])[order],
+            )
+        )
+    return joined

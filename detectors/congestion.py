@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -9,6 +10,26 @@ import numpy.typing as npt
 
 from detectors.config import NS_PER_SECOND
 from detectors.counters import RESETTING_64, CounterSpec, counter_deltas
+
+# Which direction's saturation a congestion counter answers to. Transmit: the port waited
+# for credits (port_xmit_wait), its reaction point was told to slow down (rp_cnp_handled),
+# or its peer paused it (rx_*pause: pause frames received). Receive: what arrived carried
+# ECN marks, so the notification point sent CNPs, or the port paused its peer (tx_*pause).
+_TRANSMIT = re.compile(
+    r"^(port_xmit_wait|rp_cnp_handled|rx_prio\d+_pause(_duration)?|rx_pause_ctrl_phy)$"
+)
+_RECEIVE = re.compile(
+    r"^(np_ecn_marked_roce_packets|np_cnp_sent|tx_prio\d+_pause(_duration)?|tx_pause_ctrl_phy)$"
+)
+
+
+def congestion_direction(name: str) -> str | None:
+    """ "transmit" or "receive" for a congestion counter's kernel name; None for others."""
+    if _TRANSMIT.match(name):
+        return "transmit"
+    if _RECEIVE.match(name):
+        return "receive"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
+from collector.trace import read_slow
 from tests.conftest import FIXTURES, SYSFS
 
 
@@ -90,6 +91,27 @@ def test_record_fixture_tree_multiplies_data_counters_by_four(tmp_path: Path) ->
     assert first["mlx5_0"]["rcv_bytes"] == 87654321098 * 4
     assert first["mlx5_0"]["line_rate_bytes_per_second"] == 50_000_000_000
     assert first["mlx5_1"]["line_rate_bytes_per_second"] == 25_000_000_000
+    # The slow counters were polled once beside the samples, under _slow/ so the dataset
+    # above (pyarrow skips "_" names) holds samples only; irdma0 has hw counters only.
+    slow = {(s.device, s.port, s.name): s for s in read_slow(out)}
+    assert int(slow[("mlx5_0", 1, "port_xmit_wait")].value[0]) == 4831  # the fixture file
+    # Polled at the start and once more at the end: the recording is covered to its end.
+    wait = slow[("mlx5_0", 1, "port_xmit_wait")]
+    assert wait.rebaseline.tolist() == [True] + [False] * (len(wait.rebaseline) - 1)
+    assert len(wait.value) == 2, wait
+    assert slow[("mlx5_0", 1, "state")].spec is None
+    assert {device for device, _, _ in slow} == {"mlx5_0", "mlx5_1", "mlx5_2", "irdma0"}
+    assert "slow counter readings" in result.stderr
+
+
+def test_record_no_slow_writes_samples_only(tmp_path: Path) -> None:
+    out = tmp_path / "trace"
+    result = burstscope(
+        "record", "--sysfs-root", str(SYSFS), "--duration", "0.3", "--no-slow", "-o", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    assert not (out / "_slow").exists() and read_slow(out) == []
+    assert " 0 slow counter readings" in result.stderr
 
 
 def test_sigterm_mid_recording_keeps_what_was_recorded(tmp_path: Path) -> None:

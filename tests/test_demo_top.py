@@ -62,6 +62,11 @@ def test_demo_json_reports_the_run_and_serves_metrics(tmp_path: Path) -> None:
     assert rail["mean_utilization"] < 0.3
     assert rail["bursts"]["count"] > 50
     assert list(out.glob("part-*.parquet"))
+    # The agent recorded the slow counters too, so the report puts congestion beside bursts:
+    # the simulated node's port_xmit_wait only rises in saturated milliseconds.
+    assert list((out / "_slow").glob("slow-*.parquet"))
+    wait = rail["congestion"]["port_xmit_wait"]
+    assert wait["increments"] > 0 and wait["share"] > 0.9, wait
 
 
 @pytest.mark.parametrize(

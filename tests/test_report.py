@@ -54,6 +54,32 @@ def test_parquet_trace_matches_golden(
     assert by_port[("mlx5_0", "transmit")]["gaps"] == 1
     synchrony = {s["direction"]: s for s in document["synchrony"]}
     assert synchrony["transmit"]["node"] > 0.9
+    # Congestion beside bursts, from the slow counters under trace/_slow (generate.py).
+    assert transmit["congestion"] == {
+        "port_xmit_wait": {  # all but the interval the gap emptied of bursts
+            "increments": 31000,
+            "during_saturation": 30000,
+            "share": round(30 / 31, 6),
+            "unknown_intervals": 1,
+        },
+        "rp_cnp_handled": {  # the reset at 20.5 s: that interval is unknown, not negative
+            "increments": 150,
+            "during_saturation": 145,
+            "share": round(145 / 150, 6),
+            "unknown_intervals": 2,
+        },
+        "rx_prio3_pause": {
+            "increments": 0,
+            "during_saturation": 0,
+            "share": None,
+            "unknown_intervals": 1,
+        },
+    }
+    assert by_port[("mlx5_0", "receive")]["congestion"]["np_cnp_sent"]["share"] == 0.0
+    assert (
+        by_port[("mlx5_1", "receive")]["congestion"]["np_ecn_marked_roce_packets"]["share"] == 1.0
+    )
+    assert by_port[("mlx5_1", "transmit")]["congestion"] == {}  # no counters; state is a gauge
 
 
 def test_csv_matches_golden(capsys: pytest.CaptureFixture[str], update_golden: bool) -> None:
@@ -175,6 +201,50 @@ def test_truncated_parquet_piece(capsys: pytest.CaptureFixture[str], tmp_path: P
     status, _, err = report(capsys, str(trace))
     assert status == 2 and err.count("\n") == 1
     assert "part-000001.parquet" in err and "not a readable Parquet file" in err
+
+
+def test_table_shows_congestion_beside_bursts(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = report(capsys, str(FIXTURES / "trace"))
+    assert status == 0, err
+    lines = [line for line in out.splitlines() if "congestion" in line]
+    assert lines == [
+        "mlx5_0/1 tx: congestion in saturated seconds: port_xmit_wait 96.8% of 31,000, "
+        "rp_cnp_handled 96.7% of 150",
+        "mlx5_0/1 rx: congestion in saturated seconds: np_cnp_sent 0.0% of 310",
+        "mlx5_1/1 rx: congestion in saturated seconds: np_ecn_marked_roce_packets 100.0% of 217",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("damage", "fragment"),
+    [
+        ("truncate", "not a readable Parquet file"),
+        ("drop-column", "missing column 'kind'"),
+        ("unknown-kind", "unknown counter kind 'spinning' for port_xmit_wait"),
+    ],
+)
+def test_bad_slow_piece_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, damage: str, fragment: str
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    trace = tmp_path / "trace"
+    shutil.copytree(REPO / FIXTURES / "trace", trace)
+    piece = trace / "_slow" / "slow-000001.parquet"
+    if damage == "truncate":
+        piece.write_bytes(piece.read_bytes()[: piece.stat().st_size // 2])
+    else:
+        table = pq.read_table(piece)
+        if damage == "drop-column":
+            table = table.drop_columns(["kind"])
+        else:
+            kinds = pa.array(["spinning"] * table.num_rows).dictionary_encode()
+            table = table.set_column(table.schema.get_field_index("kind"), "kind", kinds)
+        pq.write_table(table, piece)
+    status, out, err = report(capsys, str(trace))
+    assert status == 2 and err.count("\n") == 1 and not out
+    assert "slow-000001.parquet" in err and fragment in err
 
 
 def test_subprocess_bad_input_has_no_traceback(tmp_path: Path) -> None:

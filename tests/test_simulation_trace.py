@@ -10,9 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from burstscope.cli import main
+from collector.simulation.congestion import XMIT_WAIT_PER_MS
 from collector.simulation.model import TrafficModel
 from collector.simulation.profiles import SECOND
 from collector.simulation.tracegen import FIXED_EPOCH_NS
+from collector.trace import read_slow
 
 WINDOW_NS = 15 * SECOND
 
@@ -61,6 +63,22 @@ def test_trace_is_deterministic_and_reads_back_as_the_model(tmp_path: Path) -> N
         xmit, rcv = model.counters_at(model_time)
         assert np.array_equal(rows["xmit_bytes"].astype(np.int64), xmit[index] // 4 * 4)
         assert np.array_equal(rows["rcv_bytes"].astype(np.int64), rcv[index] // 4 * 4)
+    # The slow counters, polled at the first tick of every second: deterministic too, and
+    # rising exactly with the saturated milliseconds of the samples.
+    assert pq.read_table(first / "_slow").equals(pq.read_table(second / "_slow"))
+    slow = {(s.device, s.name): s for s in read_slow(first)}
+    wait = slow[("mlx5_0", "port_xmit_wait")]
+    seconds = (wait.timestamp_ns - FIXED_EPOCH_NS) // SECOND
+    assert seconds.tolist() == list(range(13)) and wait.rebaseline.tolist() == [True] + [False] * 12
+    rows = ports["mlx5_0"]
+    stamps = rows["timestamp_ns"].astype(np.int64)
+    utilization = np.diff(rows["xmit_bytes"].astype(np.int64)) / (
+        model.ports[0].bytes_per_ns * np.diff(stamps)
+    )
+    for poll, value in zip(wait.timestamp_ns, wait.value, strict=True):
+        saturated_ms = np.count_nonzero((utilization >= 0.9) & (stamps[1:] <= poll))
+        assert int(value) == int(saturated_ms * XMIT_WAIT_PER_MS)
+    assert slow[("mlx5_0", "state")].spec is None
 
 
 def window_utilization(rows: dict[str, np.ndarray], line: int) -> np.ndarray:

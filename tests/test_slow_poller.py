@@ -14,6 +14,7 @@ from collector.slow_poller import (
     CounterState,
     SlowPoller,
     SlowSnapshot,
+    slow_rows,
     slow_sources_for,
 )
 from collector.sources.base import SlowReading, SlowSource
@@ -244,3 +245,36 @@ def test_a_replacing_poller_carries_the_totals_on(sysfs_copy: Path) -> None:
     assert second.snapshot().counters[key].increment == 2000
     first.close()
     second.close()
+
+
+def test_recording_keeps_each_poll_for_the_trace_and_polls_once_more_at_stop() -> None:
+    flaky = FlakySource()
+    poller = SlowPoller([flaky], minimum_interval_seconds=0, record=True)
+    poller.poll_once()
+    poller.poll_once()  # fails: nothing recorded
+    poller.poll_once()  # reopened: a re-baseline
+    taken = poller.take_recorded()
+    assert [(p.rebaseline, p.readings[0].value) for p in taken] == [(True, 10), (True, 500)]
+    assert poller.take_recorded() == []
+    rows = slow_rows(taken, wall_offset_ns=1_000)
+    assert [
+        (r.timestamp_ns - p.timestamp_ns, r.name, r.rebaseline)
+        for r, p in zip(rows, taken, strict=True)
+    ] == [
+        (1_000, "rx_prio3_pause", True),
+        (1_000, "rx_prio3_pause", True),
+    ]
+    # A replacing poller takes over what was not yet in the trace, ahead of its own polls.
+    poller.poll_once()  # 510
+    successor = SlowPoller([flaky], minimum_interval_seconds=0, record=True)
+    successor.adopt(poller)
+    successor.start()
+    successor.stop(final_poll=True)  # the start poll and the last: every source read twice
+    values = [p.readings[0].value for p in successor.take_recorded()]
+    assert values[0] == 510 and len(values) >= 2
+
+
+def test_not_recording_keeps_nothing() -> None:
+    poller = SlowPoller([FlakySource()], minimum_interval_seconds=0)
+    poller.poll_once()
+    assert poller.take_recorded() == []

@@ -14,8 +14,9 @@ from burstscope.errors import UsageError
 from collector.discovery import compile_filter
 from collector.recorder import record
 from collector.sampler import SamplerConfig, SamplerError, parse_interval
+from collector.slow_poller import slow_sources_for
 from collector.sources import SourceOptions, build_source
-from collector.sources.base import CounterSource, SourceError
+from collector.sources.base import CounterSource, SlowSource, SourceError
 from collector.trace import TraceError, prepare_output
 
 
@@ -42,7 +43,21 @@ def register(subparsers: Any) -> None:
     add_source_arguments(parser)
     parser.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
     parser.add_argument("-o", "--output", required=True, metavar="PATH", help="trace directory")
+    parser.add_argument(
+        "--no-slow",
+        action="store_true",
+        help="do not record the slow counters (errors, congestion, PFC) polled at 1 Hz",
+    )
     parser.set_defaults(func=run)
+
+
+def recorded_slow_sources(source: CounterSource, sysfs_root: str) -> list[SlowSource]:
+    """The slow sources that go with ``source``; none for a replayed trace."""
+    try:
+        # ethtool asks the running kernel, so it only makes sense over the real /sys.
+        return slow_sources_for(source, sysfs_root, with_ethtool=sysfs_root == "/sys")
+    except TypeError:
+        return []
 
 
 def source_from_args(args: argparse.Namespace) -> CounterSource:
@@ -90,11 +105,19 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        summary = record(source, path, args.duration, config, should_stop=lambda: stopping)
+        summary = record(
+            source,
+            path,
+            args.duration,
+            config,
+            should_stop=lambda: stopping,
+            slow_sources=[] if args.no_slow else recorded_slow_sources(source, args.sysfs_root),
+        )
     except (SamplerError, TraceError) as exc:
         raise UsageError(str(exc)) from None
     print(
-        f"recorded {summary.rows} rows of {len(source.ports)} port(s) in {summary.pieces} "
+        f"recorded {summary.rows} rows of {len(source.ports)} port(s) and "
+        f"{summary.slow_rows} slow counter readings in {summary.pieces} "
         f"piece(s) to {path}: {summary.ticks} ticks, {summary.missed_ticks} missed, "
         f"{summary.missing_samples} failed reads, "
         f"{'SCHED_FIFO' if summary.realtime else 'normal scheduling'}"

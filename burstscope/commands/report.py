@@ -19,9 +19,10 @@ from burstscope.report_view import (
     print_table,
     to_json,
 )
-from collector.trace import PortSamples, TraceError, read_samples
+from collector.trace import PortSamples, SlowSeries, TraceError, read_samples, read_slow
 from detectors.analyzer import Chunk, DirectionAnalyzer
 from detectors.config import NS_PER_SECOND, Thresholds, nominal_interval_ns, scale_key
+from detectors.congestion import congestion_direction, congestion_share
 from detectors.scales import peak_envelope
 from detectors.synchrony import synchrony
 
@@ -43,7 +44,9 @@ def register(subparsers: Any) -> None:
         description="Analyse Parquet traces written by `burstscope record` (a directory of "
         "part-*.parquet pieces, or one .parquet file) or CSV files with the header "
         "timestamp_ns,device,port,xmit_bytes,rcv_bytes (cumulative byte counters; optional "
-        "line_rate_bytes_per_second and rebaseline columns).",
+        "line_rate_bytes_per_second and rebaseline columns). A recorded trace's _slow/ "
+        "pieces (congestion counters at 1 Hz) add the share of congestion that fell in "
+        "saturated seconds.",
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", type=Path, help="trace or CSV")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -241,13 +244,17 @@ def analyze_paths(
                 if key not in found:
                     found[key] = _Port(str(path), samples.device, samples.port, options)
                 found[key].add(samples)
+            slow = read_slow(path)
         except TraceError as exc:
             raise UsageError(str(exc)) from None
+        slow_by_port: dict[tuple[str, int], list[SlowSeries]] = {}
+        for series in slow:
+            slow_by_port.setdefault((series.device, series.port), []).append(series)
         port_reports = []
         for key in sorted(found):
             port = found[key]
             port.finish()
-            port_reports.append(_port_report(port))
+            port_reports.append(_port_report(port, slow_by_port.get(key, [])))
         ports.extend(port_reports)
         for index, name in enumerate(DIRECTIONS):
             if len(port_reports) < 2:
@@ -268,18 +275,34 @@ def analyze_paths(
     return Report(tuple(ports), tuple(synchronies))
 
 
-def _port_report(port: _Port) -> PortReport:
+def _port_report(port: _Port, slow: list[SlowSeries]) -> PortReport:
     assert port.directions is not None
     directions = []
     for name, direction in zip(DIRECTIONS, port.directions, strict=True):
         analyzer = direction.analyzer
         summary = analyzer.summary()
+        saturated = analyzer.saturated_seconds()
+        congestion = tuple(
+            (
+                series.name,
+                congestion_share(
+                    series.timestamp_ns,
+                    series.value,
+                    saturated,
+                    series.spec,
+                    rebaseline=series.rebaseline,
+                ),
+            )
+            for series in slow
+            if series.spec is not None and congestion_direction(series.name) == name
+        )
         directions.append(
             DirectionReport(
                 direction=name,
                 summary=summary,
                 bursts=analyzer.bursts(),
                 plot=direction.plot,
+                congestion=congestion,
             )
         )
     return PortReport(

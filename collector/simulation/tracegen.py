@@ -8,9 +8,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from collector.discovery import DATA_COUNTER_OCTETS
+from collector.simulation.congestion import SATURATED
 from collector.simulation.model import TrafficModel
+from collector.simulation.profiles import SECOND
 from collector.simulation.workload import Int64Array
-from collector.trace import PortColumns, TraceWriter
+from collector.sources.sim import sim_slow_readings
+from collector.trace import PortColumns, SlowRow, TraceWriter
 
 # 2024-01-01T00:00:00Z, a multiple of 15 s, so the 15-s windows of a simulated trace line
 # up with the model's time and two runs of the same seed are byte-identical.
@@ -24,6 +27,8 @@ _BETWEEN_PORTS_NS = 200
 _TIMING_STREAM = 0x71A1
 # Ticks generated and written at a time; timing noise is drawn per chunk from the seed.
 CHUNK_TICKS = 5_000
+# The simulated slow poll's midpoint, after the reads of the tick it follows.
+_POLL_AFTER_NS = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +51,66 @@ def sample_times(chunk: int, ticks: int, interval_ns: int, ports: int, seed: int
     return SampleTimes(midpoint, read)
 
 
+class _SlowPolls:
+    """The slow counters a 1 Hz poller would have recorded beside the simulated samples.
+
+    Saturated milliseconds are counted from the samples themselves (utilization between
+    consecutive samples >= SATURATED) and turned into congestion counters by the same rule
+    as the live simulated node (sources.sim.sim_slow_readings); a poll falls at the first
+    tick of every second, just after that tick's reads.
+    """
+
+    def __init__(self, model: TrafficModel, interval_ns: int, start_wall_ns: int) -> None:
+        self.ports = model.ports
+        self.interval_ns = interval_ns
+        self.start_wall_ns = start_wall_ns
+        self.rates = np.array([p.bytes_per_ns for p in self.ports], dtype=np.float64)[:, None]
+        self.saturated_ms = np.zeros((2, len(self.ports)), dtype=np.float64)
+        self.previous: tuple[Int64Array, ...] | None = None  # last (time, xmit, rcv) column
+
+    def rows(
+        self, first: int, midpoint_ns: Int64Array, counters: tuple[Int64Array, Int64Array]
+    ) -> list[SlowRow]:
+        ms_per_tick = self.interval_ns / 1e6
+        stamps = midpoint_ns
+        cumulative = []
+        for direction, values in enumerate(counters):
+            if self.previous is None:  # the very first tick has no interval into it
+                utilization = np.diff(values, axis=1) / (self.rates * np.diff(stamps, axis=1))
+                utilization = np.concatenate([np.zeros_like(stamps[:, :1]), utilization], axis=1)
+            else:
+                before_t, before_v = self.previous[0], self.previous[1 + direction]
+                utilization = np.diff(np.concatenate([before_v, values], axis=1), axis=1) / (
+                    self.rates * np.diff(np.concatenate([before_t, stamps], axis=1), axis=1)
+                )
+            saturated = np.cumsum(utilization >= SATURATED, axis=1) * ms_per_tick
+            cumulative.append(self.saturated_ms[direction][:, None] + saturated)
+            self.saturated_ms[direction] = cumulative[-1][:, -1]
+        self.previous = (stamps[:, -1:], counters[0][:, -1:], counters[1][:, -1:])
+        index = np.arange(first, first + stamps.shape[1], dtype=np.int64)
+        second = index * self.interval_ns // SECOND
+        before = -1 if first == 0 else (first - 1) * self.interval_ns // SECOND
+        polls = np.flatnonzero(np.diff(second, prepend=before))  # first tick of each second
+        found = []
+        for tick in polls.tolist():
+            when = int(stamps[-1, tick]) + _POLL_AFTER_NS + self.start_wall_ns
+            for number, port in enumerate(self.ports):
+                sent, received = cumulative[0][number, tick], cumulative[1][number, tick]
+                found += [
+                    SlowRow(
+                        when,
+                        r.device,
+                        r.port,
+                        r.name,
+                        r.value,
+                        r.counter,
+                        rebaseline=first + tick == 0,
+                    )
+                    for r in sim_slow_readings(port, float(sent), float(received))
+                ]
+        return found
+
+
 def simulate_trace(
     model: TrafficModel,
     writer: TraceWriter,
@@ -61,6 +126,7 @@ def simulate_trace(
     """
     ticks_total = duration_ns // interval_ns + 1
     ports = model.ports
+    slow = _SlowPolls(model, interval_ns, start_wall_ns)
     rows = 0
     for first in range(0, ticks_total, CHUNK_TICKS):
         count = min(CHUNK_TICKS, ticks_total - first)
@@ -70,6 +136,7 @@ def simulate_trace(
         xmit_words = (xmit // DATA_COUNTER_OCTETS * DATA_COUNTER_OCTETS).astype(np.uint64)
         rcv_words = (rcv // DATA_COUNTER_OCTETS * DATA_COUNTER_OCTETS).astype(np.uint64)
         wall = times.midpoint_ns + start_wall_ns
+        writer.append_slow(slow.rows(first, times.midpoint_ns, (xmit, rcv)))
         rebaseline = np.zeros(count, dtype=np.bool_)
         if first == 0:
             rebaseline[0] = True  # the first reading of a counter has no delta into it

@@ -12,7 +12,14 @@ from collector.discovery import DATA_COUNTER_OCTETS
 from collector.simulation.congestion import SATURATED, congestion_counters
 from collector.simulation.cursor import CounterCursor
 from collector.simulation.model import Schedule, TrafficModel
-from collector.simulation.profiles import DEFAULT_PROFILE, MS, PORTS, SECOND, profile_named
+from collector.simulation.profiles import (
+    DEFAULT_PROFILE,
+    MS,
+    PORTS,
+    SECOND,
+    SimPort,
+    profile_named,
+)
 from collector.sources import SourceOptions
 from collector.sources.base import (
     STATUS_OK,
@@ -114,6 +121,22 @@ class SimSource:
         )
 
 
+def sim_slow_readings(
+    port: SimPort, transmit_saturated_ms: float, receive_saturated_ms: float
+) -> list[SlowReading]:
+    """What the simulated port's slow sources read after this much saturated time."""
+    readings = [
+        SlowReading(port.device, port.port, "state", 4, None),
+        SlowReading(
+            port.device, port.port, "rate_bytes_per_second", port.line_rate_bytes_per_second, None
+        ),
+    ]
+    for name, value in congestion_counters(transmit_saturated_ms, receive_saturated_ms).items():
+        spec = PORT_COUNTER_SPECS.get(name) or hw_counter_spec(name)
+        readings.append(SlowReading(port.device, port.port, name, value, spec))
+    return readings
+
+
 @dataclass
 class SimSlowSource:
     """The simulated node's slow counters: congestion rising with saturated milliseconds.
@@ -155,14 +178,7 @@ class SimSlowSource:
         readings = []
         for index, port in enumerate(PORTS):
             sent, received = self._saturated_ms[index]
-            readings.append(SlowReading(port.device, port.port, "state", 4, None))
-            rate = port.line_rate_bytes_per_second
-            readings.append(
-                SlowReading(port.device, port.port, "rate_bytes_per_second", rate, None)
-            )
-            for name, value in congestion_counters(sent, received).items():
-                spec = PORT_COUNTER_SPECS.get(name) or hw_counter_spec(name)
-                readings.append(SlowReading(port.device, port.port, name, value, spec))
+            readings += sim_slow_readings(port, float(sent), float(received))
         return readings
 
     def close(self) -> None:
