@@ -29,6 +29,7 @@ from collector.sources.infiniband import InfiniBandSource
 from collector.sources.netdev import NetdevSource
 from collector.sources.port_slow import PortSlowSource
 from collector.sources.rdma_netlink import RdmaNetlinkSource
+from collector.sources.replay import ReplaySource
 from collector.sources.sim import SimSlowSource, SimSource
 from collector.trace import SlowRow
 from detectors.counters import CounterTracker
@@ -393,7 +394,8 @@ def slow_sources_for(
 
     InfiniBand source: port_slow for every port; hw counters (netlink, else sysfs) for the
     Ethernet link layer ports, including RoCE ports without counters/; ethtool for each RoCE
-    netdev. Netdev source: ethtool for each interface. ``with_ethtool=False`` leaves ethtool
+    netdev. Netdev source: ethtool for each interface. Replayed trace: the slow counters
+    recorded with it. ``with_ethtool=False`` leaves ethtool
     out, e.g. over a fixture tree, since ethtool always asks the running kernel.
     """
     sources: list[SlowSource] = []
@@ -415,6 +417,11 @@ def slow_sources_for(
         sources.append(
             SimSlowSource(fast_source.profile, fast_source.seed, fast_source.zero_monotonic_ns)
         )
+    elif isinstance(fast_source, ReplaySource):
+        # What was recorded beside the trace, if anything, played back with it.
+        replayed = fast_source.slow_source()
+        if replayed is not None:
+            sources.append(replayed)
     elif isinstance(fast_source, NetdevSource):
         if with_ethtool:
             sources.extend(EthtoolSource(interface) for interface in fast_source.interfaces)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from collector.trace import read_slow
 from tests.test_cli_core import assert_usage_error, burstscope
 
 
@@ -37,6 +38,19 @@ def test_replay_reproduces_means_and_peaks(tmp_path: Path) -> None:
                 a["scales"]["0.001"]["max"], abs=0.05
             )
             assert b["bursts"]["count"] >= 0.7 * a["bursts"]["count"]
+    # The slow counters recorded with the trace are played back with it: the replay's
+    # recording holds the original's readings (steps at 1 Hz), rising as they did.
+    original_slow = {(s.device, s.name): s for s in read_slow(original)}
+    replayed_slow = {(s.device, s.name): s for s in read_slow(replayed)}
+    assert set(replayed_slow) == set(original_slow)
+    wait, played = (
+        original_slow[("mlx5_0", "port_xmit_wait")],
+        replayed_slow[("mlx5_0", "port_xmit_wait")],
+    )
+    assert set(played.value.tolist()) <= set(wait.value.tolist())
+    assert int(played.value[-1]) > int(played.value[0])
+    rail = next(p for p in second if (p["device"], p["direction"]) == ("mlx5_0", "transmit"))
+    assert rail["congestion"]["port_xmit_wait"]["share"] > 0.9
 
 
 @pytest.mark.parametrize(

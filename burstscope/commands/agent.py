@@ -180,7 +180,7 @@ def slow_sources(settings: AgentSettings) -> list[SlowSource]:
     try:
         return slow_sources_for(settings.source, settings.sysfs_root)
     except TypeError:
-        return []  # simulated and replayed sources have no slow counters of their own
+        return []  # a source type without slow counters of its own
 
 
 def setup_logging(level: str = "info") -> None:

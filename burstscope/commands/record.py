@@ -52,7 +52,7 @@ def register(subparsers: Any) -> None:
 
 
 def recorded_slow_sources(source: CounterSource, sysfs_root: str) -> list[SlowSource]:
-    """The slow sources that go with ``source``; none for a replayed trace."""
+    """The slow sources that go with ``source`` (a replayed trace: what was recorded with it)."""
     try:
         # ethtool asks the running kernel, so it only makes sense over the real /sys.
         return slow_sources_for(source, sysfs_root, with_ethtool=sysfs_root == "/sys")

@@ -25,9 +25,10 @@ from collector.sources.base import (
     STATUS_REBASELINE,
     PortSpec,
     SampleRow,
+    SlowReading,
     SourceError,
 )
-from collector.trace import PortSamples, TraceError, read_samples
+from collector.trace import PortSamples, SlowSeries, TraceError, read_samples, read_slow, slow_files
 
 _PREFETCH_PIECES = 2
 
@@ -100,6 +101,15 @@ class ReplaySource:
         self._thread: threading.Thread | None = None
         self._start_ns = 0
         self.finished = False
+
+    @property
+    def first_ns(self) -> int:
+        """The trace's first timestamp: what open() lines up with."""
+        return self._first_ns
+
+    def slow_source(self) -> ReplaySlowSource | None:
+        """The trace's recorded slow counters as a slow source; None if it has none."""
+        return ReplaySlowSource(self.path, self._first_ns) if slow_files(self.path) else None
 
     def __getstate__(self) -> dict[str, object]:
         return {"path": self.path, "ports": self.ports, "first_ns": self._first_ns}
@@ -175,6 +185,45 @@ class ReplaySource:
     def close(self) -> None:
         self._stop.set()
         self._wanted.release()
+
+
+class ReplaySlowSource:
+    """The slow counters recorded beside a trace, played back with it.
+
+    Each poll reports every recorded counter and gauge as it last read at or before the
+    same moment of the trace (a step, as a 1 Hz poller saw it). Its clock starts at its own
+    open(), which the agent calls just after the sampler's: the two line up within the
+    sampler's start-up, far below the 1 s between polls.
+    """
+
+    def __init__(self, path: Path, first_ns: int) -> None:
+        self.path = path
+        self.first_ns = first_ns
+        self.name = "replay-slow"
+        self._series: list[SlowSeries] = []
+        self._start_ns = 0
+
+    def open(self) -> None:
+        try:
+            self._series = read_slow(self.path)
+        except TraceError as exc:
+            raise SourceError(f"replay: {exc}") from None
+        self._start_ns = time.monotonic_ns()
+
+    def poll(self) -> list[SlowReading]:
+        trace_ns = self.first_ns + (time.monotonic_ns() - self._start_ns)
+        readings = []
+        for series in self._series:
+            index = int(np.searchsorted(series.timestamp_ns, trace_ns, side="right")) - 1
+            if index >= 0:
+                value = int(series.value[index])
+                readings.append(
+                    SlowReading(series.device, series.port, series.name, value, series.spec)
+                )
+        return readings
+
+    def close(self) -> None:
+        self._series = []
 
 
 def from_spec(argument: str | None, options: SourceOptions) -> ReplaySource:
