@@ -82,7 +82,7 @@ def test_bad_input_is_one_line_and_status_2(
 
 def test_record_fixture_tree_multiplies_data_counters_by_four(tmp_path: Path) -> None:
     out = tmp_path / "trace"
-    result = burstscope("record", "--sysfs-root", str(SYSFS), "--duration", "0.3", "-o", str(out))
+    result = burstscope("record", "--sysfs-root", str(SYSFS), "--duration", "1", "-o", str(out))
     assert result.returncode == 0, result.stderr
     table = ds.dataset(out).to_table().to_pylist()
     first = {row["device"]: row for row in reversed(table)}
