@@ -26,7 +26,7 @@ test: setup system-packages
 
 # Each benchmark prints one JSON line (sampler: one per configuration) and compares
 # against a reference measured in the same run.
-BENCHMARKS ?= sampler detectors simulate demo exporter capture
+BENCHMARKS ?= sampler detectors simulate demo exporter capture mqtt
 
 bench: setup
 	@for name in $(BENCHMARKS); do $(BIN)/python bench/$$name.py --json || exit 1; done
