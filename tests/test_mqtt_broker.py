@@ -432,3 +432,72 @@ def test_disk_spool_survives_an_agent_restart(tmp_path: Path, sysfs_copy: Path) 
     # The first run's messages, in order from its first: none lost to the restart.
     assert len(earlier) >= spooled
     assert earlier[: int(spooled)] == list(range(1, int(spooled) + 1))
+
+
+def reload_config(root: Path, listen: int, mqtt: str | None) -> str:
+    text = (
+        f'[source]\nspec = "sysfs"\nsysfs_root = "{root}"\ninclude = "^mlx5_0$"\n'
+        f'[listen]\naddress = "127.0.0.1:{listen}"\n'
+    )
+    return text + (f'[mqtt]\nurl = "{mqtt}"\n' if mqtt else "")
+
+
+def test_sighup_moves_publishing_to_another_broker_and_keeps_the_sequence(
+    tmp_path: Path, sysfs_copy: Path, broker: Broker
+) -> None:
+    from tests.test_reload import ConfiguredAgent
+
+    (tmp_path / "b").mkdir()
+    other = Broker(tmp_path / "b")
+    other.start()
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "passwords").write_text(password_line("agent", "s3cret"))
+    locked = Broker(
+        tmp_path / "locked", f"password_file {tmp_path / 'passwords'}\n", anonymous=False
+    )
+    locked.start()
+    first_url, second_url = (f"mqtt://127.0.0.1:{b.port}" for b in (broker, other))
+    on_first, on_second = Subscriber(first_url), Subscriber(second_url)
+    port = EmulatedPort(sysfs_copy)
+    listen = free_port()
+    config = tmp_path / "agent.toml"
+    config.write_text(reload_config(sysfs_copy, listen, first_url))
+    agent = ConfiguredAgent(config)
+    try:
+        assert on_first.wait_for(lambda: len(on_first.events()) >= 3, 20), agent.lines
+        # To the other broker: the old one hears why this node went offline.
+        agent.reload(reload_config(sysfs_copy, listen, second_url))
+        agent.wait_log(f"reload: mqtt settings applied: publishing to {second_url}")
+        assert on_second.wait_for(lambda: len(on_second.events()) >= 3, 20), agent.lines
+        assert on_first.wait_for(
+            lambda: any(line.get("reason") == "reconfigured" for line in on_first.lines), 10
+        )
+        # A broker that refuses us: nothing changes, publishing goes on where it was.
+        agent.reload(reload_config(sysfs_copy, listen, f"mqtt://127.0.0.1:{locked.port}"))
+        refused = agent.wait_log("reload: mqtt settings not applied, keeping the previous ones")
+        assert "refused us" in refused
+        count = len(on_second.events())
+        assert on_second.wait_for(lambda: len(on_second.events()) >= count + 3, 20)
+        # No [mqtt] any more: publishing stops, the status goes offline as at a stop.
+        agent.reload(reload_config(sysfs_copy, listen, None))
+        agent.wait_log("reload: mqtt publishing stopped")
+        assert on_second.wait_for(
+            lambda: any(line.get("reason") == "stopped" for line in on_second.lines), 10
+        )
+        assert "burstscope_mqtt_connected" not in fetch(f"http://127.0.0.1:{listen}/metrics")
+    finally:
+        port.close()
+        agent.process.terminate()
+        status = agent.process.wait(10)
+        on_first.stop()
+        on_second.stop()
+        other.kill()
+        locked.kill()
+    assert status == 0, agent.lines
+    first, second = on_first.events(), on_second.events()
+    assert {e["run"] for e in first} == {e["run"] for e in second}  # one run throughout
+    seqs = sorted({e["seq"] for e in first} | {e["seq"] for e in second})
+    assert seqs == list(range(1, seqs[-1] + 1)), "the sequence went on across brokers"
+    assert min(e["seq"] for e in second) > 1
+    offline = [line for line in on_second.lines if line.get("reason") == "stopped"][-1]
+    assert offline["last_seq"] == seqs[-1]

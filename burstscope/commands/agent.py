@@ -302,16 +302,41 @@ def reload_agent(agent: Agent, cli_args: argparse.Namespace, running: argparse.N
                 _names(set(ports_before) - set(ports_after)),
             )
     if new.mqtt != old.mqtt:
-        hook = getattr(agent.mqtt, "reload", None)  # used once the publisher offers one
-        if agent.mqtt is not None and new.mqtt is not None and callable(hook):
-            hook(new.mqtt)
-            settings = replace(settings, mqtt=new.mqtt)
-            _LOG.info("reload: mqtt settings applied")
-        else:
-            _LOG.warning("reload: mqtt settings changed: needs a restart; running unchanged")
+        settings = replace(settings, mqtt=_reload_mqtt(agent, old.mqtt, new.mqtt))
     if settings is old and not changed and new.mqtt == old.mqtt:
         _LOG.info("reload: %s unchanged", cli_args.config)
     agent.settings = settings
+
+
+def _reload_mqtt(
+    agent: Agent, old: MqttSettings | None, mqtt: MqttSettings | None
+) -> MqttSettings | None:
+    """Start, stop or move the MQTT publisher; the settings in force afterwards."""
+    if mqtt is None:
+        if agent.mqtt is not None:
+            agent.mqtt.stop()  # the status goes offline, as at a stop
+            agent.mqtt = None
+        _LOG.info("reload: mqtt publishing stopped")
+        return None
+    if agent.mqtt is None:
+        handle = attach_mqtt(agent.pipeline, mqtt, agent.collector)
+        try:
+            handle.start()
+        except MqttSettingsError as exc:
+            _LOG.error("reload: mqtt not started, keeping the previous configuration: %s", exc)
+            return old
+        agent.mqtt = handle
+        _LOG.info("reload: mqtt publishing to %s", mqtt.endpoint)
+        return mqtt
+    try:
+        applied, kept = agent.mqtt.reload(mqtt)
+    except MqttSettingsError as exc:
+        _LOG.error("reload: mqtt settings not applied, keeping the previous ones: %s", exc)
+        return old
+    if kept:
+        _LOG.warning("reload: %s changed: needs a restart; kept", ", ".join(kept))
+    _LOG.info("reload: mqtt settings applied: publishing to %s", mqtt.endpoint)
+    return applied
 
 
 def _names(ports: set[tuple[str, int]]) -> str:

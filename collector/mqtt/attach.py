@@ -16,6 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -100,6 +101,8 @@ class MqttHandle:
         self._first = threading.Event()
         self._first_outcome: tuple[Outcome, str] | None = None
         self._failure: BaseException | None = None
+        self._swap: asyncio.Event | None = None
+        self._next_settings: MqttSettings | None = None
 
     # -- the pipeline thread's side -------------------------------------------------
     def on_bursts(self, spec: PortSpec, direction: str, bursts: Bursts) -> None:
@@ -172,6 +175,46 @@ class MqttHandle:
         self._thread.join(self.settings.stop_flush_seconds * 2 + 5)
         self._thread = None
 
+    def reload(self, settings: MqttSettings) -> tuple[MqttSettings, list[str]]:
+        """SIGHUP with new MQTT settings: move to them live, keeping run, seq and spool.
+
+        The new broker is tried first: if it refuses the credentials or certificate, this
+        raises MqttSettingsError and the publisher carries on as it was. An unreachable
+        broker is accepted (messages spool until it answers). The spool's place and size
+        are fixed for the run; returns the settings applied and the keys kept unchanged.
+        """
+        from collector.mqtt.publisher import Outcome, probe
+
+        loop, swap = self._loop, self._swap
+        if self._thread is None or loop is None or swap is None:
+            raise MqttSettingsError("the MQTT publisher is not running")
+        kept = [
+            f"mqtt.{name}"
+            for name in ("spool_dir", "spool_messages")
+            if getattr(settings, name) != getattr(self.settings, name)
+        ]
+        settings = replace(
+            settings, spool_dir=self.settings.spool_dir, spool_messages=self.settings.spool_messages
+        )
+        outcome, detail = asyncio.run_coroutine_threadsafe(probe(settings), loop).result(
+            settings.connect_check_seconds + 5
+        )
+        if outcome is Outcome.REFUSED:
+            raise MqttSettingsError(f"MQTT broker {settings.endpoint} refused us: {detail}")
+        if outcome is not Outcome.CONNECTED:
+            _LOG.warning(
+                "MQTT broker %s not reachable yet (%s); spooling meanwhile",
+                settings.endpoint,
+                detail,
+            )
+
+        def request() -> None:
+            self._next_settings = settings
+            swap.set()
+
+        loop.call_soon_threadsafe(request)
+        return settings, kept
+
     def _thread_main(self, spool: Any) -> None:
         try:
             asyncio.run(self._main(spool))
@@ -191,20 +234,55 @@ class MqttHandle:
 
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        self._swap = asyncio.Event()
         assert self.stats is not None
-        try:
-            publisher = MqttPublisher(
-                self.settings, spool, self.identity, self.stats, self._on_first_attempt
-            )
-        except MqttSettingsError as exc:
-            self._failure = exc
-            return
-        finally:
+        seq = 0
+        while True:
+            try:
+                publisher = MqttPublisher(
+                    self.settings,
+                    spool,
+                    self.identity,
+                    self.stats,
+                    self._on_first_attempt,
+                    first_seq=seq,
+                )
+            except MqttSettingsError as exc:
+                self._failure = exc
+                self._ready.set()
+                return
             self._ready.set()
-        async with publisher:
-            publisher.spawn(self._intake(publisher), "mqtt-intake")
-            publisher.spawn(self._link_events(publisher), "mqtt-link-events")
-            await self._stop.wait()
+            async with publisher:
+                publisher.spawn(self._intake(publisher), "mqtt-intake")
+                publisher.spawn(self._link_events(publisher), "mqtt-link-events")
+                if await self._stop_or_swap():
+                    return
+                # Reconfigured: this connection says offline and delivers what it can in
+                # stop_flush_seconds; the rest of the spool goes to the next publisher.
+                publisher.keep_spool = True
+                publisher.offline_reason = "reconfigured"
+            seq = publisher.seq
+            self._swap.clear()
+            assert self._next_settings is not None
+            self._apply(self._next_settings)
+            _LOG.info("MQTT settings applied: publishing to %s", self.settings.endpoint)
+
+    async def _stop_or_swap(self) -> bool:
+        """Wait for stop() (True) or a reload's new settings (False)."""
+        assert self._stop is not None and self._swap is not None
+        stop = asyncio.create_task(self._stop.wait(), name="mqtt-stop")
+        swap = asyncio.create_task(self._swap.wait(), name="mqtt-swap")
+        done, pending = await asyncio.wait({stop, swap}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return stop in done
+
+    def _apply(self, settings: MqttSettings) -> None:
+        """New settings for the next publisher: rate policy and node name included."""
+        self.settings = settings
+        self.policy = RatePolicy(settings.merge_gap_ns, settings.max_events_per_second)
+        if settings.node != self.identity.host:
+            self.identity = replace(self.identity, host=settings.node)
 
     # -- event loop tasks -----------------------------------------------------------
     async def _intake(self, publisher: MqttPublisher) -> None:
@@ -216,6 +294,8 @@ class MqttHandle:
                     key, records = self._queue.get_nowait()
                     fresh.setdefault(key, []).extend(records)
             now_ns = time.time_ns()
+            if self.identity.threshold != self.pipeline.thresholds.burst:  # a reload retuned it
+                self.identity = replace(self.identity, threshold=self.pipeline.thresholds.burst)
             outgoing: list[tuple[str, dict[str, Any]]] = []
             for key in sorted(set(self._policies) | set(fresh)):
                 state = self._policies.get(key, PolicyState())

@@ -97,6 +97,30 @@ def refusal(exc: BaseException) -> str | None:
     return None
 
 
+async def probe(settings: MqttSettings) -> tuple[Outcome, str]:
+    """Connect once and leave: whether these settings reach a broker that accepts them."""
+    try:
+        async with (
+            asyncio.timeout(settings.connect_check_seconds),
+            aiomqtt.Client(
+                settings.broker.host,
+                settings.broker.port,
+                username=settings.username,
+                password=settings.password,
+                clean_session=True,
+                keepalive=settings.keepalive_seconds,
+                timeout=ACK_TIMEOUT_SECONDS,
+                tls_context=tls_context(settings),
+            ),
+        ):
+            return Outcome.CONNECTED, settings.endpoint
+    except (aiomqtt.MqttError, TimeoutError, OSError) as exc:
+        reason = refusal(exc)
+        if reason is not None:
+            return Outcome.REFUSED, reason
+        return Outcome.UNREACHABLE, str(exc) or type(exc).__name__
+
+
 async def _until_disconnected(client: aiomqtt.Client) -> None:
     # aiomqtt's message iterator raises MqttError when the connection drops; nothing is
     # subscribed, so this is only a disconnect detector while the spool is idle.
@@ -131,7 +155,10 @@ class MqttPublisher:
         identity: Identity,
         stats: PublisherStats | None = None,
         on_first_attempt: Callable[[Outcome, str], None] | None = None,
+        first_seq: int = 0,
     ) -> None:
+        """``first_seq``: the last seq a previous publisher of this run used (a live
+        reconfiguration keeps one sequence per run)."""
         self.settings = settings
         self.identity = identity
         self.stats = stats or PublisherStats()
@@ -147,8 +174,17 @@ class MqttPublisher:
         self._backoff_delay = 0.0
         self._group = asyncio.TaskGroup()
         self._spawned: list[asyncio.Task[None]] = []
-        self._seq = 0
+        self._seq = first_seq
+        # A reconfiguration hands the spool to the next publisher instead of closing it,
+        # and says why this connection's status goes offline.
+        self.keep_spool = False
+        self.offline_reason = "stopped"
         self._sync_stats()
+
+    @property
+    def seq(self) -> int:
+        """The seq of the last message numbered so far."""
+        return self._seq
 
     async def __aenter__(self) -> MqttPublisher:
         await self._group.__aenter__()
@@ -169,10 +205,13 @@ class MqttPublisher:
         try:
             await self._group.__aexit__(kind, value, traceback)
         finally:
-            if len(self._spool):
-                where = "kept on disk" if self.settings.spool_dir else "lost"
-                _LOG.warning("%d MQTT message(s) undelivered at stop (%s)", len(self._spool), where)
-            self._spool.close()
+            if not self.keep_spool:
+                if len(self._spool):
+                    where = "kept on disk" if self.settings.spool_dir else "lost"
+                    _LOG.warning(
+                        "%d MQTT message(s) undelivered at stop (%s)", len(self._spool), where
+                    )
+                self._spool.close()
 
     def spawn(self, loop: Coroutine[Any, Any, None], name: str) -> None:
         """Run a caller's loop in the publisher's TaskGroup; it must return once closing is set."""
@@ -285,7 +324,7 @@ class MqttPublisher:
                 if self._finishing.is_set() and time.monotonic() > self._finish_deadline:
                     break
             offline = {**status_payload(self.identity, False, self.stats.last_seq)}
-            offline["reason"] = "stopped"
+            offline["reason"] = self.offline_reason
             await _race(
                 client.publish(status_topic(host), encode(offline), qos=1, retain=True), watch
             )
