@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def test_every_reading_comes_back_in_its_series_in_time_order(
         writer = TraceWriter(path, piece_seconds=1e9)
         # Any split across pieces, including slow rows after the last sample piece.
         edges = sorted({0, len(written), *(c for c in cuts if c < len(written))})
-        for number, (low, high) in enumerate(zip(edges, edges[1:], strict=False)):
+        for number, (low, high) in enumerate(itertools.pairwise(edges)):
             writer.append_slow(
                 [SlowRow(t, d, p, n, v, SPECS[n], b) for t, d, p, n, v, b in written[low:high]]
             )
@@ -76,5 +77,6 @@ def test_every_reading_comes_back_in_its_series_in_time_order(
         key = (s.device, s.port, s.name)
         assert s.spec == SPECS[s.name]
         assert s.timestamp_ns.tolist() == sorted(t for t, _, _ in expected[key])
-        got = sorted(zip(s.timestamp_ns.tolist(), s.value.tolist(), s.rebaseline.tolist()))
+        columns = (s.timestamp_ns.tolist(), s.value.tolist(), s.rebaseline.tolist())
+        got = sorted(zip(*columns, strict=True))
         assert got == sorted(expected[key])
