@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from collector.consumer import RingReader
 from collector.ring import Field, Ring
-from collector.sampler import Sampler, SamplerConfig, SamplerError
+from collector.sampler import Sampler, SamplerConfig, SamplerError, tuning_notes
 from collector.slow_poller import SlowPoller, SlowSnapshot, slow_rows
 from collector.sources.base import CounterSource, PortSpec, SlowSource
 from collector.trace import TraceWriter
@@ -162,6 +162,10 @@ class Pipeline:
             self.slow.start()
         self._thread = threading.Thread(target=self._run, name="burstscope-pipeline", daemon=True)
         self._thread.start()
+
+    def tuning_notes(self) -> list[str]:
+        """What the sampler process asked for at start and was refused (see sampler.py)."""
+        return tuning_notes(self._ring, self.sampler.config) if self._ring is not None else []
 
     def _run(self) -> None:
         while not self._stop.wait(DRAIN_SECONDS):

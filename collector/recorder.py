@@ -10,7 +10,7 @@ from pathlib import Path
 
 from collector.consumer import RingReader
 from collector.ring import Field
-from collector.sampler import Sampler, SamplerConfig, SamplerError
+from collector.sampler import Sampler, SamplerConfig, SamplerError, tuning_notes
 from collector.slow_poller import SlowPoller, slow_rows
 from collector.sources.base import CounterSource, SlowSource
 from collector.trace import TraceWriter
@@ -28,6 +28,7 @@ class RecordSummary:
     lost_rows: int  # rows the ring overwrote before they were drained (should be 0)
     missing_samples: int  # port readings that failed
     realtime: bool
+    notes: tuple[str, ...]  # what the sampler asked for and was refused, and why
     cpu: int
 
 
@@ -89,6 +90,7 @@ def record(
             lost_rows=reader.lost_rows,
             missing_samples=reader.missing_samples,
             realtime=bool(ring.get(Field.REALTIME)),
+            notes=tuple(tuning_notes(ring, config)),
             cpu=ring.get(Field.CPU),
         )
     finally:

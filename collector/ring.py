@@ -45,6 +45,8 @@ class Field(enum.IntEnum):
     REALTIME = 12  # 1 when SCHED_FIFO was granted
     CPU = 13  # the CPU the sampler is pinned to, -1 when not pinned
     TIMER_SLACK_NS = 14
+    REALTIME_ERRNO = 15  # why SCHED_FIFO was refused (errno); 0 when granted or not asked
+    CPU_ERRNO = 16  # why pinning to a CPU was refused (errno); 0 otherwise
 
 
 # Plain ints: numpy indexes with an int faster than with an IntEnum (the writer's hot path).

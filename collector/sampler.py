@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import multiprocessing
 import os
 import re
@@ -77,13 +78,39 @@ def _tune(config: SamplerConfig, ring: Ring) -> None:
         allowed = sorted(os.sched_getaffinity(0))
         cpu = allowed[-1] if len(allowed) > 1 else -1
     if cpu >= 0:
-        with contextlib.suppress(OSError):
+        try:
             os.sched_setaffinity(0, {cpu})
             ring.set(Field.CPU, cpu)
+        except OSError as exc:
+            ring.set(Field.CPU_ERRNO, exc.errno or errno.EINVAL)
     if config.realtime_priority is not None:
-        with contextlib.suppress(OSError):
+        try:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(config.realtime_priority))
             ring.set(Field.REALTIME, 1)
+        except OSError as exc:
+            ring.set(Field.REALTIME_ERRNO, exc.errno or errno.EPERM)
+
+
+def tuning_notes(ring: Ring, config: SamplerConfig) -> list[str]:
+    """What the sampler asked for and did not get, and why, for one log line each."""
+    notes = []
+    refused = ring.get(Field.REALTIME_ERRNO)
+    if refused:
+        why = (
+            ": it needs CAP_SYS_NICE or an RLIMIT_RTPRIO at or above that priority (under "
+            "systemd: the timing drop-in, systemd/README.md)"
+            if refused == errno.EPERM
+            else ""
+        )
+        notes.append(
+            f"SCHED_FIFO priority {config.realtime_priority} refused ({os.strerror(refused)})"
+            f"{why}; sampling goes on under normal scheduling, with a longer lateness tail"
+        )
+    refused = ring.get(Field.CPU_ERRNO)
+    if refused:
+        wanted = "the last allowed CPU" if config.cpu is None else f"CPU {config.cpu}"
+        notes.append(f"pinning the sampler to {wanted} refused ({os.strerror(refused)})")
+    return notes
 
 
 def _wall_offset_ns() -> int:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -131,3 +134,69 @@ def test_ring_header_reports_scheduling(tmp_path: Path) -> None:
         assert (rows.status[0] == STATUS_REBASELINE).all()
     finally:
         sampler.close()
+
+
+def test_refused_scheduling_is_recorded_with_its_reason() -> None:
+    """Priority 100 is past SCHED_FIFO's 99 and CPU 4095 does not exist: both are refused
+    whatever the privileges, and the reasons reach the notes the agent logs."""
+    from collector.sampler import Sampler, tuning_notes
+
+    config = SamplerConfig(realtime_priority=100, cpu=4095)
+    sampler = Sampler(NetdevSource(("lo",)), config)
+    try:
+        ring = sampler.start()
+        assert ring.get(Field.REALTIME) == 0 and ring.get(Field.CPU) == -1
+        notes = tuning_notes(ring, config)
+    finally:
+        sampler.close()
+    assert notes == [
+        "SCHED_FIFO priority 100 refused (Invalid argument); sampling goes on under normal "
+        "scheduling, with a longer lateness tail",
+        "pinning the sampler to CPU 4095 refused (Invalid argument)",
+    ]
+    quiet = SamplerConfig(realtime_priority=None, cpu=-1)
+    sampler = Sampler(NetdevSource(("lo",)), quiet)
+    try:
+        assert tuning_notes(sampler.start(), quiet) == []  # nothing asked, nothing refused
+    finally:
+        sampler.close()
+
+
+def test_without_cap_sys_nice_the_recording_says_why_scheduling_is_normal(
+    tmp_path: Path,
+) -> None:
+    # The kernel's own refusal: CAP_SYS_NICE gone from the bounding set, RLIMIT_RTPRIO 0.
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    done = subprocess.run(
+        [
+            setpriv,
+            "--bounding-set=-sys_nice",
+            "--inh-caps=-sys_nice",
+            "prlimit",
+            "--rtprio=0",
+            sys.executable,
+            "-m",
+            "burstscope",
+            "record",
+            "--source",
+            "netdev:lo",
+            "--duration",
+            "0.3",
+            "-o",
+            str(tmp_path / "trace"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if "setpriv" in done.stderr or "prlimit:" in done.stderr:
+        pytest.skip(f"cannot drop CAP_SYS_NICE here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    assert "normal scheduling" in done.stderr
+    assert (
+        "burstscope record: SCHED_FIFO priority 10 refused (Operation not permitted): it "
+        "needs CAP_SYS_NICE or an RLIMIT_RTPRIO at or above that priority" in done.stderr
+    )

@@ -220,6 +220,8 @@ class Agent:
         except SamplerError as exc:
             self.server.close()
             raise UsageError(f"sampler failed to start: {exc}") from None
+        for note in self.pipeline.tuning_notes():
+            _LOG.info("sampler: %s", note)
         if self.settings.mqtt is not None:
             self.mqtt = attach_mqtt(self.pipeline, self.settings.mqtt, self.collector)
             try:

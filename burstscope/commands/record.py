@@ -124,4 +124,6 @@ def run(args: argparse.Namespace) -> int:
         + (f", CPU {summary.cpu}" if summary.cpu >= 0 else ""),
         file=sys.stderr,
     )
+    for note in summary.notes:
+        print(f"burstscope record: {note}", file=sys.stderr)
     return 0
