@@ -117,6 +117,7 @@ class Pipeline:
         self.listeners: list[BurstListener] = []
         self._ports = [self._new_port(spec) for spec in source.ports]
         self._lock = threading.Lock()
+        self._drain_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._requests: queue.SimpleQueue[tuple[Callable[[], None], Future[None]]] = (
@@ -176,11 +177,19 @@ class Pipeline:
                 _LOG.exception("pipeline drain failed")
 
     def drain(self) -> None:
-        """Move whatever the sampler wrote since the last drain through the detectors."""
+        """Move whatever the sampler wrote since the last drain through the detectors.
+
+        The pipeline thread calls it every DRAIN_SECONDS; a caller elsewhere (a benchmark
+        closing a phase, stop()) waits for a drain in progress instead of racing it.
+        """
+        with self._drain_lock:
+            self._drain()
+
+    def _drain(self) -> None:
         assert self._reader is not None
         reader = self._reader
-        # Only this thread touches the analyzers, so feeding needs no lock; readers see
-        # the views built below, swapped in whole under the lock.
+        # One drain at a time feeds the analyzers (the drain lock); readers see the views
+        # built below, swapped in whole under the view lock, so scrapes never wait on it.
         missing_before = list(reader.missing_by_port)
         columns, lateness, read_ns = reader.poll_with_timing()
         if self.trace is not None:

@@ -272,9 +272,11 @@ class MqttHandle:
         assert self._stop is not None and self._swap is not None
         stop = asyncio.create_task(self._stop.wait(), name="mqtt-stop")
         swap = asyncio.create_task(self._swap.wait(), name="mqtt-swap")
-        done, pending = await asyncio.wait({stop, swap}, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
+        try:
+            done, _ = await asyncio.wait({stop, swap}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when the publisher's TaskGroup cancels us
+            stop.cancel()
+            swap.cancel()
         return stop in done
 
     def _apply(self, settings: MqttSettings) -> None:
