@@ -434,12 +434,12 @@ def test_disk_spool_survives_an_agent_restart(tmp_path: Path, sysfs_copy: Path) 
     assert earlier[: int(spooled)] == list(range(1, int(spooled) + 1))
 
 
-def reload_config(root: Path, listen: int, mqtt: str | None) -> str:
+def reload_config(root: Path, listen: int, mqtt: str | None, extra: str = "") -> str:
     text = (
         f'[source]\nspec = "sysfs"\nsysfs_root = "{root}"\ninclude = "^mlx5_0$"\n'
         f'[listen]\naddress = "127.0.0.1:{listen}"\n'
     )
-    return text + (f'[mqtt]\nurl = "{mqtt}"\n' if mqtt else "")
+    return text + (f'[mqtt]\nurl = "{mqtt}"\n{extra}' if mqtt else "")
 
 
 def test_sighup_moves_publishing_to_another_broker_and_keeps_the_sequence(
@@ -465,6 +465,12 @@ def test_sighup_moves_publishing_to_another_broker_and_keeps_the_sequence(
     agent = ConfiguredAgent(config)
     try:
         assert on_first.wait_for(lambda: len(on_first.events()) >= 3, 20), agent.lines
+        # The rate policy alone changes in place: no reconnect, no offline status.
+        agent.reload(reload_config(sysfs_copy, listen, first_url, "max_events_per_second = 20\n"))
+        agent.wait_log(f"reload: mqtt settings applied: publishing to {first_url}")
+        count = len(on_first.events())
+        assert on_first.wait_for(lambda: len(on_first.events()) >= count + 3, 20)
+        assert not [line for line in on_first.lines if line.get("online") is False]
         # To the other broker: the old one hears why this node went offline.
         agent.reload(reload_config(sysfs_copy, listen, second_url))
         agent.wait_log(f"reload: mqtt settings applied: publishing to {second_url}")

@@ -180,8 +180,9 @@ class MqttHandle:
 
         The new broker is tried first: if it refuses the credentials or certificate, this
         raises MqttSettingsError and the publisher carries on as it was. An unreachable
-        broker is accepted (messages spool until it answers). The spool's place and size
-        are fixed for the run; returns the settings applied and the keys kept unchanged.
+        broker is accepted (messages spool until it answers). A change of the rate policy
+        alone applies without reconnecting. The spool's place and size are fixed for the
+        run; returns the settings applied and the keys kept unchanged.
         """
         from collector.mqtt.publisher import Outcome, probe
 
@@ -196,6 +197,19 @@ class MqttHandle:
         settings = replace(
             settings, spool_dir=self.settings.spool_dir, spool_messages=self.settings.spool_messages
         )
+        policy_only = replace(
+            settings,
+            merge_gap_ns=self.settings.merge_gap_ns,
+            max_events_per_second=self.settings.max_events_per_second,
+        )
+        if policy_only == self.settings:  # same broker and identity: no reconnect needed
+
+            def retune() -> None:
+                self.settings = settings
+                self.policy = RatePolicy(settings.merge_gap_ns, settings.max_events_per_second)
+
+            loop.call_soon_threadsafe(retune)
+            return settings, kept
         outcome, detail = asyncio.run_coroutine_threadsafe(probe(settings), loop).result(
             settings.connect_check_seconds + 5
         )
