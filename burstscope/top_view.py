@@ -164,5 +164,10 @@ def plain_lines(snapshot: Snapshot) -> list[str]:
         f"avg15s={percent(row.average)} peak15s={percent(row.peak)} p99={percent(row.p99)} "
         f"saturated={row.saturated_seconds:.1f}s hidden={row.hidden_seconds:.1f}s "
         f"bursts/s={row.bursts_per_second:.1f}"
+        + (
+            ""
+            if row.ecn_marked is None and row.cnp is None
+            else f" ecn={count(row.ecn_marked)} cnp={count(row.cnp)}"
+        )
         for row in rows(snapshot)
     ]

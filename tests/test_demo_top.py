@@ -88,6 +88,8 @@ def test_top_prints_plain_lines_when_not_a_terminal() -> None:
     lines = result.stdout.splitlines()
     assert len(lines) >= 18
     assert any("mlx5_0/1 transmit" in line and "peak15s=" in line for line in lines)
+    # The congestion counters the table shows (the simulated node's, polled at 1 Hz).
+    assert any("mlx5_0/1" in line and " ecn=" in line and " cnp=" in line for line in lines)
 
 
 def test_top_in_a_real_terminal_quits_on_q(tmp_path: Path) -> None:
