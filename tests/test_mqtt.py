@@ -287,3 +287,19 @@ def test_backoff_is_jittered_capped_and_resets() -> None:
     assert [low.next_delay() for _ in range(3)] == [0.25, 0.5, 1.0]
     backoff.reset()
     assert backoff.next_delay() == 0.5
+
+
+def test_reloading_a_publisher_that_is_not_running_is_an_error_not_a_crash() -> None:
+    from types import SimpleNamespace
+
+    from collector.mqtt import attach_mqtt
+    from collector.sources.base import PortSpec
+
+    pipeline = SimpleNamespace(
+        source=SimpleNamespace(ports=(PortSpec("mlx5_0", 1, 50_000_000_000),)),
+        thresholds=SimpleNamespace(burst=0.5),
+        listeners=[],
+    )
+    handle = attach_mqtt(pipeline, build_settings("mqtt://127.0.0.1:1"))  # type: ignore[arg-type]
+    with pytest.raises(MqttSettingsError, match="not running"):
+        handle.reload(build_settings("mqtt://127.0.0.1:2"))

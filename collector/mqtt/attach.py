@@ -187,7 +187,7 @@ class MqttHandle:
         from collector.mqtt.publisher import Outcome, probe
 
         loop, swap = self._loop, self._swap
-        if self._thread is None or loop is None or swap is None:
+        if self._thread is None or not self._thread.is_alive() or loop is None or swap is None:
             raise MqttSettingsError("the MQTT publisher is not running")
         kept = [
             f"mqtt.{name}"
@@ -208,11 +208,19 @@ class MqttHandle:
                 self.settings = settings
                 self.policy = RatePolicy(settings.merge_gap_ns, settings.max_events_per_second)
 
-            loop.call_soon_threadsafe(retune)
+            try:
+                loop.call_soon_threadsafe(retune)
+            except RuntimeError:  # the loop ended meanwhile
+                raise MqttSettingsError("the MQTT publisher is not running") from None
             return settings, kept
-        outcome, detail = asyncio.run_coroutine_threadsafe(probe(settings), loop).result(
-            settings.connect_check_seconds + 5
-        )
+        try:
+            outcome, detail = asyncio.run_coroutine_threadsafe(probe(settings), loop).result(
+                settings.connect_check_seconds + 5
+            )
+        except RuntimeError:
+            raise MqttSettingsError("the MQTT publisher is not running") from None
+        except TimeoutError:
+            raise MqttSettingsError(f"no answer from {settings.endpoint} in time") from None
         if outcome is Outcome.REFUSED:
             raise MqttSettingsError(f"MQTT broker {settings.endpoint} refused us: {detail}")
         if outcome is not Outcome.CONNECTED:
@@ -226,7 +234,10 @@ class MqttHandle:
             self._next_settings = settings
             swap.set()
 
-        loop.call_soon_threadsafe(request)
+        try:
+            loop.call_soon_threadsafe(request)
+        except RuntimeError:
+            raise MqttSettingsError("the MQTT publisher is not running") from None
         return settings, kept
 
     def _thread_main(self, spool: Any) -> None:
