@@ -410,7 +410,10 @@ def run(args: argparse.Namespace) -> int:
             if signal.SIGHUP in pending:
                 pending.clear()
                 notifier.reloading()
-                reload_agent(agent, cli_args, args)
+                try:
+                    reload_agent(agent, cli_args, args)
+                except Exception:  # a reload must never take a running agent down
+                    _LOG.exception("reload failed unexpectedly; running as before")
                 notifier.ready(status)
     finally:
         notifier.stopping()
