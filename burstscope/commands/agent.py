@@ -414,7 +414,8 @@ def run(args: argparse.Namespace) -> int:
                     reload_agent(agent, cli_args, args)
                 except Exception:  # a reload must never take a running agent down
                     _LOG.exception(
-                        "reload failed unexpectedly; still running, with what the lines above say was applied"
+                        "reload failed unexpectedly; still running, with what the lines "
+                        "above say was applied"
                     )
                 notifier.ready(status)
     finally:
