@@ -24,7 +24,7 @@ import numpy.typing as npt
 from collector.consumer import RingReader
 from collector.ring import Field, Ring
 from collector.sampler import Sampler, SamplerConfig, SamplerError, tuning_notes
-from collector.slow_poller import SlowPoller, SlowSnapshot, slow_rows
+from collector.slow_poller import SlowPoller, SlowSnapshot
 from collector.sources.base import CounterSource, PortSpec, SlowSource
 from collector.trace import TraceWriter
 from detectors.analyzer import DirectionAnalyzer
@@ -195,7 +195,7 @@ class Pipeline:
         if self.trace is not None:
             slow = self.slow
             if slow is not None:
-                self.trace.append_slow(slow_rows(slow.take_recorded(), reader.wall_offset_ns))
+                self.trace.append_slow(slow.take_rows(reader.wall_offset_ns))
             self.trace.append(columns)
         closed: list[tuple[PortSpec, str, Bursts]] = []
         for index, (state, port) in enumerate(zip(self._ports, columns, strict=True)):

@@ -11,7 +11,7 @@ from pathlib import Path
 from collector.consumer import RingReader
 from collector.ring import Field
 from collector.sampler import Sampler, SamplerConfig, SamplerError, tuning_notes
-from collector.slow_poller import SlowPoller, slow_rows
+from collector.slow_poller import SlowPoller
 from collector.sources.base import CounterSource, SlowSource
 from collector.trace import TraceWriter
 
@@ -57,7 +57,7 @@ def record(
 
         def drain() -> None:
             if slow is not None:
-                writer.append_slow(slow_rows(slow.take_recorded(), reader.wall_offset_ns))
+                writer.append_slow(slow.take_rows(reader.wall_offset_ns))
             writer.append(reader.poll())
 
         started = time.monotonic()

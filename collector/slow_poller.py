@@ -83,7 +83,7 @@ class SourceHealth:
 
 
 @dataclass(frozen=True, slots=True)
-class RecordedPoll:
+class _RecordedPoll:
     """One poll of one source as it read, kept for a trace when recording."""
 
     timestamp_ns: int  # CLOCK_MONOTONIC midpoint of the poll
@@ -129,9 +129,9 @@ class SlowPoller:
         minimum_interval_seconds: float = MINIMUM_INTERVAL_SECONDS,
         record: bool = False,
     ) -> None:
-        """``record``: keep every poll's readings until take_recorded() (for a trace)."""
+        """``record``: keep every poll's readings until take_rows() (for a trace)."""
         self._record = record
-        self._recorded: list[RecordedPoll] = []
+        self._recorded: list[_RecordedPoll] = []
         chosen = dict(intervals or {})
         self._states: list[_SourceState] = []
         for source in sources:
@@ -165,11 +165,16 @@ class SlowPoller:
             if self._record:
                 self._recorded[:0] = recorded  # not yet in the trace: keep them first
 
-    def take_recorded(self) -> list[RecordedPoll]:
-        """The polls read since the last call (recording only), oldest first."""
+    def take_rows(self, wall_offset_ns: int) -> list[SlowRow]:
+        """The readings polled since the last call (recording only), oldest first, as trace
+        rows on the samples' wall clock (CLOCK_MONOTONIC + ``wall_offset_ns``)."""
         with self._lock:
             recorded, self._recorded = self._recorded, []
-        return recorded
+        return [
+            SlowRow.of(poll.timestamp_ns + wall_offset_ns, reading, poll.rebaseline)
+            for poll in recorded
+            for reading in poll.readings
+        ]
 
     def start(self) -> None:
         if self._thread is not None:
@@ -267,7 +272,7 @@ class SlowPoller:
                 if seconds <= bound:
                     state.read_buckets[index] += 1
             if self._record and readings:
-                self._recorded.append(RecordedPoll(midpoint, rebaseline, tuple(readings)))
+                self._recorded.append(_RecordedPoll(midpoint, rebaseline, tuple(readings)))
             if isinstance(source, ReportsReadErrors):
                 new_errors = source.read_errors - state.reported_read_errors
                 if new_errors > 0:
@@ -314,23 +319,6 @@ class SlowPoller:
                 for s in self._states
             )
         return SlowSnapshot(counters, health)
-
-
-def slow_rows(polls: Sequence[RecordedPoll], wall_offset_ns: int) -> list[SlowRow]:
-    """Recorded polls as trace rows, stamped on the wall clock of the sampler's samples."""
-    return [
-        SlowRow(
-            poll.timestamp_ns + wall_offset_ns,
-            reading.device,
-            reading.port,
-            reading.name,
-            reading.value,
-            reading.counter,
-            poll.rebaseline,
-        )
-        for poll in polls
-        for reading in poll.readings
-    ]
 
 
 def choose_hw_counter_source(

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from collector.sources.base import SlowReading
 from detectors.counters import CounterKind, CounterSpec
 
 SCHEMA = pa.schema(
@@ -94,6 +95,19 @@ class SlowRow:
     value: int
     spec: CounterSpec | None  # None: a gauge
     rebaseline: bool
+
+    @classmethod
+    def of(cls, timestamp_ns: int, reading: SlowReading, rebaseline: bool) -> SlowRow:
+        """A poller's reading as a trace row, stamped on the samples' wall clock."""
+        return cls(
+            timestamp_ns,
+            reading.device,
+            reading.port,
+            reading.name,
+            reading.value,
+            reading.counter,
+            rebaseline,
+        )
 
 
 def prepare_output(path: Path) -> None:
@@ -523,11 +537,14 @@ def _slow_piece(file: Path) -> pa.Table:
     for name in SLOW_COLUMNS:
         if table.column(name).null_count:
             raise TraceError(f"{str(file)!r}: empty value in column {name!r}")
-    try:
-        table = table.cast(SLOW_SCHEMA)
-    except (pa.ArrowException, ValueError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TraceError(f"{str(file)!r}: {reason}") from None
+    columns = []
+    for field in SLOW_SCHEMA:  # one column at a time, so a failure names its column
+        try:
+            columns.append(table.column(field.name).cast(field.type))
+        except (pa.ArrowException, ValueError) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise TraceError(f"{str(file)!r}: column {field.name!r}: {reason}") from None
+    table = pa.Table.from_arrays(columns, schema=SLOW_SCHEMA)
     known = {kind.value for kind in CounterKind} | {GAUGE}
     for kind in pc.unique(table.column("kind").combine_chunks().dictionary_decode()):
         if kind.as_py() not in known:

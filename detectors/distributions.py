@@ -27,13 +27,18 @@ def utilization_bins(utilization: npt.NDArray[np.float64]) -> npt.NDArray[np.int
 
 def utilization_quantile(counts: npt.NDArray[np.int64] | tuple[int, ...], q: float) -> float | None:
     """Upper edge of the bin holding quantile ``q`` (None with no samples)."""
+    index = _quantile_bin(counts, q)
+    return None if index is None else (index + 1) / UTILIZATION_BINS
+
+
+def _quantile_bin(counts: npt.NDArray[np.int64] | tuple[int, ...], q: float) -> int | None:
+    """The bin holding quantile ``q`` of these counts (None when they are all zero)."""
     cumulative = np.cumsum(np.asarray(counts, dtype=np.int64))
     total = int(cumulative[-1]) if cumulative.size else 0
     if total == 0:
         return None
     rank = max(1, int(np.ceil(q * total)))
-    index = int(np.searchsorted(cumulative, rank, side="left"))
-    return (index + 1) / UTILIZATION_BINS
+    return int(np.searchsorted(cumulative, rank, side="left"))
 
 
 def duration_bins(durations_ns: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -50,11 +55,8 @@ def duration_quantile(
     counts: npt.NDArray[np.int64] | tuple[int, ...], q: float, maximum_ns: int
 ) -> float | None:
     """Quantile in seconds: the upper edge of its bin, never above the exact maximum."""
-    cumulative = np.cumsum(np.asarray(counts, dtype=np.int64))
-    total = int(cumulative[-1]) if cumulative.size else 0
-    if total == 0:
+    index = _quantile_bin(counts, q)
+    if index is None:
         return None
-    rank = max(1, int(np.ceil(q * total)))
-    index = int(np.searchsorted(cumulative, rank, side="left"))
     edge_ns = float(10.0 ** (index / DURATION_BINS_PER_DECADE))
     return min(edge_ns, float(maximum_ns)) / 1e9

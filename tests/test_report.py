@@ -221,6 +221,9 @@ def test_table_shows_congestion_beside_bursts(capsys: pytest.CaptureFixture[str]
         ("truncate", "not a readable Parquet file"),
         ("drop-column", "missing column 'kind'"),
         ("unknown-kind", "unknown counter kind 'spinning'"),
+        ("text-values", "column 'value': Failed to parse string: 'many'"),
+        ("empty-value", "empty value in column 'value'"),
+        ("zero-width", "a counter width outside 1..64 bits"),
     ],
 )
 def test_bad_slow_piece_is_one_line(
@@ -236,11 +239,21 @@ def test_bad_slow_piece_is_one_line(
         piece.write_bytes(piece.read_bytes()[: piece.stat().st_size // 2])
     else:
         table = pq.read_table(piece)
+        rows = table.num_rows
+
+        def replace(name: str, values: pa.Array) -> pa.Table:
+            return table.set_column(table.schema.get_field_index(name), name, values)
+
         if damage == "drop-column":
             table = table.drop_columns(["kind"])
+        elif damage == "unknown-kind":
+            table = replace("kind", pa.array(["spinning"] * rows).dictionary_encode())
+        elif damage == "text-values":  # another writer's mistake: a column of the wrong type
+            table = replace("value", pa.array(["many"] * rows))
+        elif damage == "empty-value":
+            table = replace("value", pa.array([None] + [1] * (rows - 1), type=pa.uint64()))
         else:
-            kinds = pa.array(["spinning"] * table.num_rows).dictionary_encode()
-            table = table.set_column(table.schema.get_field_index("kind"), "kind", kinds)
+            table = replace("width_bits", pa.array([0] * rows, type=pa.int8()))
         pq.write_table(table, piece)
     status, out, err = report(capsys, str(trace))
     assert status == 2 and err.count("\n") == 1 and not out

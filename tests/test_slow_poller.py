@@ -14,7 +14,6 @@ from collector.slow_poller import (
     CounterState,
     SlowPoller,
     SlowSnapshot,
-    slow_rows,
     slow_sources_for,
 )
 from collector.sources.base import SlowReading, SlowSource
@@ -250,31 +249,30 @@ def test_a_replacing_poller_carries_the_totals_on(sysfs_copy: Path) -> None:
 def test_recording_keeps_each_poll_for_the_trace_and_polls_once_more_at_stop() -> None:
     flaky = FlakySource()
     poller = SlowPoller([flaky], minimum_interval_seconds=0, record=True)
+    before = time.monotonic_ns()
     poller.poll_once()
     poller.poll_once()  # fails: nothing recorded
     poller.poll_once()  # reopened: a re-baseline
-    taken = poller.take_recorded()
-    assert [(p.rebaseline, p.readings[0].value) for p in taken] == [(True, 10), (True, 500)]
-    assert poller.take_recorded() == []
-    rows = slow_rows(taken, wall_offset_ns=1_000)
-    assert [
-        (r.timestamp_ns - p.timestamp_ns, r.name, r.rebaseline)
-        for r, p in zip(rows, taken, strict=True)
-    ] == [
-        (1_000, "rx_prio3_pause", True),
-        (1_000, "rx_prio3_pause", True),
+    after = time.monotonic_ns()
+    rows = poller.take_rows(wall_offset_ns=10**18)
+    assert [(r.device, r.name, r.value, r.spec, r.rebaseline) for r in rows] == [
+        ("veth0", "rx_prio3_pause", 10, RESETTING_64, True),
+        ("veth0", "rx_prio3_pause", 500, RESETTING_64, True),
     ]
+    # Poll midpoints on CLOCK_MONOTONIC, moved by the samples' wall offset.
+    assert all(before + 10**18 <= r.timestamp_ns <= after + 10**18 for r in rows)
+    assert poller.take_rows(0) == []
     # A replacing poller takes over what was not yet in the trace, ahead of its own polls.
     poller.poll_once()  # 510
     successor = SlowPoller([flaky], minimum_interval_seconds=0, record=True)
     successor.adopt(poller)
     successor.start()
     successor.stop(final_poll=True)  # the start poll and the last: every source read twice
-    values = [p.readings[0].value for p in successor.take_recorded()]
+    values = [r.value for r in successor.take_rows(0)]
     assert values[0] == 510 and len(values) >= 2
 
 
 def test_not_recording_keeps_nothing() -> None:
     poller = SlowPoller([FlakySource()], minimum_interval_seconds=0)
     poller.poll_once()
-    assert poller.take_recorded() == []
+    assert poller.take_rows(0) == []

@@ -190,31 +190,24 @@ async def subscribe(
     """Subscribe at QoS 1 until cancelled, reconnecting with jittered, capped backoff."""
     import aiomqtt
 
-    from collector.mqtt.publisher import Backoff, refusal
+    from collector.mqtt.publisher import Backoff, client, refusal
 
     backoff = Backoff(settings.backoff_initial_seconds, settings.backoff_max_seconds)
     context = tls_context(settings)
     first = True
     while True:
         try:
-            async with aiomqtt.Client(
-                settings.broker.host,
-                settings.broker.port,
-                username=settings.username,
-                password=settings.password,
-                identifier=session,
-                clean_session=session is None,
-                keepalive=settings.keepalive_seconds,
-                tls_context=context,
-            ) as client:
+            async with client(
+                settings, context, identifier=session, clean_session=session is None
+            ) as connection:
                 for topic in wanted:
-                    await client.subscribe(topic, qos=1)
+                    await connection.subscribe(topic, qos=1)
                 backoff.reset()
                 on_state(True)
                 if first:
                     print(f"burstscope events: subscribed to {settings.endpoint}", file=sys.stderr)
                 first = False
-                async for message in client.messages:
+                async for message in connection.messages:
                     body = message.payload
                     on_message(str(message.topic), body if isinstance(body, bytes) else b"")
         except aiomqtt.MqttError as exc:

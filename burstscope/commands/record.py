@@ -16,7 +16,7 @@ from collector.recorder import record
 from collector.sampler import SamplerConfig, SamplerError, parse_interval
 from collector.slow_poller import slow_sources_for
 from collector.sources import SourceOptions, build_source
-from collector.sources.base import CounterSource, SlowSource, SourceError
+from collector.sources.base import CounterSource, SourceError
 from collector.trace import TraceError, prepare_output
 
 
@@ -49,15 +49,6 @@ def register(subparsers: Any) -> None:
         help="do not record the slow counters (errors, congestion, PFC) polled at 1 Hz",
     )
     parser.set_defaults(func=run)
-
-
-def recorded_slow_sources(source: CounterSource, sysfs_root: str) -> list[SlowSource]:
-    """The slow sources that go with ``source`` (a replayed trace: what was recorded with it)."""
-    try:
-        # ethtool asks the running kernel, so it only makes sense over the real /sys.
-        return slow_sources_for(source, sysfs_root, with_ethtool=sysfs_root == "/sys")
-    except TypeError:
-        return []
 
 
 def source_from_args(args: argparse.Namespace) -> CounterSource:
@@ -111,7 +102,10 @@ def run(args: argparse.Namespace) -> int:
             args.duration,
             config,
             should_stop=lambda: stopping,
-            slow_sources=[] if args.no_slow else recorded_slow_sources(source, args.sysfs_root),
+            # ethtool asks the running kernel, so only over the real /sys.
+            slow_sources=[]
+            if args.no_slow
+            else slow_sources_for(source, args.sysfs_root, with_ethtool=args.sysfs_root == "/sys"),
         )
     except (SamplerError, TraceError) as exc:
         raise UsageError(str(exc)) from None

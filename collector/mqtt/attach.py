@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,14 @@ _LOG = logging.getLogger("burstscope.mqtt")
 INTAKE_SECONDS = 0.1
 LINK_POLL_SECONDS = 1.0
 PortDirection = tuple[str, int, str]
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    """Run ``callback`` on the publisher's loop; an ended loop is a reload error."""
+    try:
+        loop.call_soon_threadsafe(callback)
+    except RuntimeError:
+        raise MqttSettingsError("the MQTT publisher is not running") from None
 
 
 def records_from_bursts(bursts: Bursts) -> list[BurstRecord]:
@@ -208,16 +216,13 @@ class MqttHandle:
                 self.settings = settings
                 self.policy = RatePolicy(settings.merge_gap_ns, settings.max_events_per_second)
 
-            try:
-                loop.call_soon_threadsafe(retune)
-            except RuntimeError:  # the loop ended meanwhile
-                raise MqttSettingsError("the MQTT publisher is not running") from None
+            _call_soon(loop, retune)
             return settings, kept
         try:
             outcome, detail = asyncio.run_coroutine_threadsafe(probe(settings), loop).result(
                 settings.connect_check_seconds + 5
             )
-        except RuntimeError:
+        except RuntimeError:  # the loop ended meanwhile
             raise MqttSettingsError("the MQTT publisher is not running") from None
         except TimeoutError:
             raise MqttSettingsError(f"no answer from {settings.endpoint} in time") from None
@@ -234,10 +239,7 @@ class MqttHandle:
             self._next_settings = settings
             swap.set()
 
-        try:
-            loop.call_soon_threadsafe(request)
-        except RuntimeError:
-            raise MqttSettingsError("the MQTT publisher is not running") from None
+        _call_soon(loop, request)
         return settings, kept
 
     def _thread_main(self, spool: Any) -> None:

@@ -15,6 +15,7 @@ import contextlib
 import enum
 import logging
 import random
+import ssl
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -97,20 +98,26 @@ def refusal(exc: BaseException) -> str | None:
     return None
 
 
+def client(settings: MqttSettings, tls: ssl.SSLContext | None, **options: Any) -> aiomqtt.Client:
+    """An aiomqtt client for these settings: broker, credentials, keepalive, TLS."""
+    return aiomqtt.Client(
+        settings.broker.host,
+        settings.broker.port,
+        username=settings.username,
+        password=settings.password,
+        keepalive=settings.keepalive_seconds,
+        tls_context=tls,
+        **options,
+    )
+
+
 async def probe(settings: MqttSettings) -> tuple[Outcome, str]:
     """Connect once and leave: whether these settings reach a broker that accepts them."""
     try:
         async with (
             asyncio.timeout(settings.connect_check_seconds),
-            aiomqtt.Client(
-                settings.broker.host,
-                settings.broker.port,
-                username=settings.username,
-                password=settings.password,
-                clean_session=True,
-                keepalive=settings.keepalive_seconds,
-                timeout=ACK_TIMEOUT_SECONDS,
-                tls_context=tls_context(settings),
+            client(
+                settings, tls_context(settings), clean_session=True, timeout=ACK_TIMEOUT_SECONDS
             ),
         ):
             return Outcome.CONNECTED, settings.endpoint
@@ -239,16 +246,8 @@ class MqttPublisher:
             qos=1,
             retain=True,
         )
-        return aiomqtt.Client(
-            self.settings.broker.host,
-            self.settings.broker.port,
-            username=self.settings.username,
-            password=self.settings.password,
-            will=will,
-            clean_session=True,
-            keepalive=self.settings.keepalive_seconds,
-            timeout=ACK_TIMEOUT_SECONDS,
-            tls_context=self._tls,
+        return client(
+            self.settings, self._tls, will=will, clean_session=True, timeout=ACK_TIMEOUT_SECONDS
         )
 
     def _first(self, outcome: Outcome, detail: str) -> None:

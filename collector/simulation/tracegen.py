@@ -71,43 +71,32 @@ class _SlowPolls:
     def rows(
         self, first: int, midpoint_ns: Int64Array, counters: tuple[Int64Array, Int64Array]
     ) -> list[SlowRow]:
-        ms_per_tick = self.interval_ns / 1e6
         stamps = midpoint_ns
+        # The chunk's first tick measures from the last tick of the one before; the very
+        # first tick of the trace has no interval into it (zero duration: not saturated).
+        before = self.previous or (stamps[:, :1], counters[0][:, :1], counters[1][:, :1])
+        self.previous = (stamps[:, -1:], counters[0][:, -1:], counters[1][:, -1:])
+        duration = np.diff(np.concatenate([before[0], stamps], axis=1), axis=1)
         cumulative = []
         for direction, values in enumerate(counters):
-            if self.previous is None:  # the very first tick has no interval into it
-                utilization = np.diff(values, axis=1) / (self.rates * np.diff(stamps, axis=1))
-                utilization = np.concatenate([np.zeros_like(stamps[:, :1]), utilization], axis=1)
-            else:
-                before_t, before_v = self.previous[0], self.previous[1 + direction]
-                utilization = np.diff(np.concatenate([before_v, values], axis=1), axis=1) / (
-                    self.rates * np.diff(np.concatenate([before_t, stamps], axis=1), axis=1)
-                )
-            saturated = np.cumsum(utilization >= SATURATED, axis=1) * ms_per_tick
+            sent = np.diff(np.concatenate([before[1 + direction], values], axis=1), axis=1)
+            utilization = np.divide(
+                sent, self.rates * duration, out=np.zeros(duration.shape), where=duration > 0
+            )
+            saturated = np.cumsum(utilization >= SATURATED, axis=1) * (self.interval_ns / 1e6)
             cumulative.append(self.saturated_ms[direction][:, None] + saturated)
             self.saturated_ms[direction] = cumulative[-1][:, -1]
-        self.previous = (stamps[:, -1:], counters[0][:, -1:], counters[1][:, -1:])
         index = np.arange(first, first + stamps.shape[1], dtype=np.int64)
         second = index * self.interval_ns // SECOND
-        before = -1 if first == 0 else (first - 1) * self.interval_ns // SECOND
-        polls = np.flatnonzero(np.diff(second, prepend=before))  # first tick of each second
+        previous_second = -1 if first == 0 else (first - 1) * self.interval_ns // SECOND
         found = []
-        for tick in polls.tolist():
+        for tick in np.flatnonzero(np.diff(second, prepend=previous_second)).tolist():
             when = int(stamps[-1, tick]) + _POLL_AFTER_NS + self.start_wall_ns
             for number, port in enumerate(self.ports):
-                sent, received = cumulative[0][number, tick], cumulative[1][number, tick]
-                found += [
-                    SlowRow(
-                        when,
-                        r.device,
-                        r.port,
-                        r.name,
-                        r.value,
-                        r.counter,
-                        rebaseline=first + tick == 0,
-                    )
-                    for r in sim_slow_readings(port, float(sent), float(received))
-                ]
+                readings = sim_slow_readings(
+                    port, float(cumulative[0][number, tick]), float(cumulative[1][number, tick])
+                )
+                found += [SlowRow.of(when, r, rebaseline=first + tick == 0) for r in readings]
         return found
 
 

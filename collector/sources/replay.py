@@ -102,11 +102,6 @@ class ReplaySource:
         self._start_ns = 0
         self.finished = False
 
-    @property
-    def first_ns(self) -> int:
-        """The trace's first timestamp: what open() lines up with."""
-        return self._first_ns
-
     def slow_source(self) -> ReplaySlowSource | None:
         """The trace's recorded slow counters as a slow source; None if it has none."""
         return ReplaySlowSource(self.path, self._first_ns) if slow_files(self.path) else None
