@@ -166,6 +166,24 @@ class EmulatedPort:
             os.close(fd)
 
 
+def wait_metric(url: str, prefix: str, wanted: Any, timeout: float = 10.0) -> str:
+    """The first scrape where ``prefix`` reads ``wanted`` (any value when None).
+
+    The agent serves /metrics and samples before its MQTT publisher has attached and
+    tried the broker (that takes up to connect_check_seconds), so a scrape right after
+    the first tick may not carry the publisher's series yet.
+    """
+    deadline = time.monotonic() + timeout
+    body = ""
+    while time.monotonic() < deadline:
+        body = fetch(url + "/metrics")
+        for line in body.splitlines():
+            if line.startswith(prefix) and (wanted is None or float(line.split()[-1]) == wanted):
+                return body
+        time.sleep(0.1)
+    raise AssertionError(f"{prefix!r} never read {wanted!r}")
+
+
 def agent_args(root: Path, url: str, *extra: str) -> list[str]:
     return ["--sysfs-root", str(root), "--include", "mlx5_0", "--mqtt", url, *extra]
 
@@ -327,8 +345,8 @@ def test_username_password_and_bad_credentials(tmp_path: Path, sysfs_copy: Path)
         agent = RunningAgent(*agent_args(sysfs_copy, good))
         try:
             agent.wait_ready()
-            assert metric(fetch(agent.url + "/metrics"), "burstscope_mqtt_connected ") == 1
-            assert subscriber.wait_for(lambda: any(x.get("online") for x in subscriber.lines), 5)
+            wait_metric(agent.url, "burstscope_mqtt_connected ", 1)
+            assert subscriber.wait_for(lambda: any(x.get("online") for x in subscriber.lines), 15)
         finally:
             agent.stop()
             subscriber.stop()
@@ -365,7 +383,7 @@ def test_tls_with_client_certificates(tmp_path: Path, sysfs_copy: Path) -> None:
         agent = RunningAgent(*agent_args(sysfs_copy, url, *tls))
         try:
             agent.wait_ready()
-            assert subscriber.wait_for(lambda: any(x.get("online") for x in subscriber.lines), 5)
+            assert subscriber.wait_for(lambda: any(x.get("online") for x in subscriber.lines), 15)
         finally:
             agent.stop()
             subscriber.stop()
@@ -385,7 +403,7 @@ def test_unreachable_broker_at_start_keeps_serving_and_spools(sysfs_copy: Path) 
     agent = RunningAgent(*agent_args(sysfs_copy, url))
     try:
         agent.wait_ready()
-        first = fetch(agent.url + "/metrics")
+        first = wait_metric(agent.url, "burstscope_mqtt_spool_messages ", None)
         time.sleep(1.5)
         second = fetch(agent.url + "/metrics")
         assert metric(second, "burstscope_mqtt_connected ") == 0
