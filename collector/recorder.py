@@ -13,7 +13,7 @@ from collector.ring import Field
 from collector.sampler import Sampler, SamplerConfig, SamplerError, tuning_notes
 from collector.slow_poller import SlowPoller
 from collector.sources.base import CounterSource, SlowSource
-from collector.trace import TraceWriter
+from collector.trace import TraceInfo, TraceWriter
 
 _DRAIN_SECONDS = 0.1
 
@@ -41,24 +41,35 @@ def record(
     should_stop: Callable[[], bool] = lambda: False,
     slow_sources: Sequence[SlowSource] = (),
     slow_interval_seconds: float = 1.0,
+    source_spec: str | None = None,
+    on_sampling: Callable[[], None] = lambda: None,
 ) -> RecordSummary:
     """Sample ``source`` into ``path`` for ``duration_seconds`` (None: until should_stop()).
 
     ``slow_sources`` (errors, congestion, PFC) are polled at ``slow_interval_seconds`` in a
     thread of this process and recorded beside the samples. Whatever was sampled before a
     stop, a failure or an exception is flushed as a closed piece before returning or raising.
+    The trace states ``source_spec`` (default: the source's name), the configured interval
+    and this host. ``on_sampling`` is called once, when the first samples have arrived.
     """
-    writer = TraceWriter(path, piece_seconds)
+    info = TraceInfo.here(config.interval_ns, source_spec or source.name)
+    writer = TraceWriter(path, piece_seconds, info)
     sampler = Sampler(source, config)
     slow = SlowPoller(slow_sources, slow_interval_seconds, record=True) if slow_sources else None
     try:
         ring = sampler.start()
         reader = RingReader(ring, source.ports)
 
+        sampling = False
+
         def drain() -> None:
+            nonlocal sampling
             if slow is not None:
                 writer.append_slow(slow.take_rows(reader.wall_offset_ns))
             writer.append(reader.poll())
+            if not sampling and ring.get(Field.TICKS) > 0:
+                sampling = True
+                on_sampling()
 
         started = time.monotonic()
         if slow is not None:

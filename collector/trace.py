@@ -5,13 +5,15 @@ pyarrow, pandas, DuckDB and Spark read as one table), with the slow counters pol
 the samples in ``_slow/slow-NNNNNN.parquet``. Each piece is written to a hidden
 temporary name and renamed into place once its footer is on disk, so a crash or a kill
 loses at most the piece being filled (<= ``piece_seconds`` of samples) and every earlier
-piece stays readable.
+piece stays readable. Every piece carries :class:`TraceInfo` (configured interval, source,
+host) in its Parquet key-value metadata, so a trace describes itself.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +66,43 @@ SLOW_SCHEMA = pa.schema(
     ]
 )
 GAUGE = "gauge"
+# Keys of the Parquet key-value metadata (file footer) that describe the trace.
+_INFO_KEYS = {
+    "interval_ns": b"burstscope.interval_ns",
+    "source": b"burstscope.source",
+    "host": b"burstscope.host",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TraceInfo:
+    """What a trace says about itself; None where it does not say (older traces, CSV)."""
+
+    interval_ns: int | None = None  # the configured sampling interval, not a measured one
+    source: str | None = None  # the source SPEC as given: sysfs, netdev:eth0, sim:moe
+    host: str | None = None  # the node that sampled it
+
+    @classmethod
+    def here(cls, interval_ns: int, source: str) -> TraceInfo:
+        """A trace sampled on this machine."""
+        return cls(interval_ns, source, socket.gethostname())
+
+    def metadata(self) -> dict[bytes, bytes]:
+        """As Parquet key-value metadata: only what is known."""
+        values = {"interval_ns": self.interval_ns, "source": self.source, "host": self.host}
+        return {_INFO_KEYS[k]: str(v).encode() for k, v in values.items() if v is not None}
+
+    @classmethod
+    def from_metadata(cls, metadata: dict[bytes, bytes] | None) -> TraceInfo:
+        """Read back; a value that does not parse counts as not said."""
+        found = {k: (metadata or {}).get(key) for k, key in _INFO_KEYS.items()}
+        text = {k: v.decode("utf-8", errors="replace") for k, v in found.items() if v}
+        interval = text.get("interval_ns", "")
+        return cls(
+            int(interval) if interval.isdigit() and int(interval) > 0 else None,
+            text.get("source"),
+            text.get("host"),
+        )
 
 
 class TraceError(Exception):
@@ -128,9 +167,12 @@ def prepare_output(path: Path) -> None:
 class TraceWriter:
     """Accumulates samples and closes a Parquet piece every ``piece_seconds`` of data."""
 
-    def __init__(self, path: Path, piece_seconds: float = 5.0) -> None:
+    def __init__(
+        self, path: Path, piece_seconds: float = 5.0, info: TraceInfo | None = None
+    ) -> None:
         self.path = path
         self.piece_ns = int(piece_seconds * 1e9)
+        self.info = info or TraceInfo()
         self.rows_written = 0
         self.pieces_written = 0
         self.slow_rows_written = 0
@@ -189,6 +231,9 @@ class TraceWriter:
     def _write(self, table: pa.Table, name: str) -> None:
         final = self.path / name
         temporary = final.with_name(f".{final.name}.tmp")
+        metadata = self.info.metadata()
+        if metadata:
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
         try:
             pq.write_table(table, temporary, compression="zstd")
             os.replace(temporary, final)
@@ -286,6 +331,21 @@ def trace_files(path: Path) -> list[Path]:
             raise TraceError(f"{str(path)!r}: directory holds no {PIECE_PREFIX}*.parquet pieces")
         return pieces
     return [path]
+
+
+def read_info(path: Path) -> TraceInfo:
+    """What the trace at ``path`` says about itself, from its first Parquet piece's footer.
+
+    CSV files and traces written before the metadata existed say nothing (all None).
+    """
+    first = trace_files(path)[0]
+    try:
+        with first.open("rb") as handle:
+            if handle.read(4) != _PARQUET_MAGIC:
+                return TraceInfo()
+        return TraceInfo.from_metadata(pq.read_schema(first).metadata)
+    except (OSError, pa.ArrowException):
+        return TraceInfo()  # read_samples names the problem with this file
 
 
 def read_samples(path: Path, block_bytes: int = 1 << 24) -> Iterator[PortSamples]:

@@ -68,15 +68,27 @@ def scale_label(interval_ns: int) -> str:
 
 
 def nominal_interval_ns(timestamp_ns: npt.ArrayLike) -> int:
-    """The sampling interval of a series: median positive step, rounded to a whole microsecond.
+    """The sampling interval of a series that does not state it: the round interval
+    (1, 2 or 5 x 10^k ns) nearest the median positive step.
 
-    Rounding to a microsecond makes a jittery 1 ms trace report its finest scale as
-    exactly "0.001" rather than "0.0010004".
+    Only for traces that do not carry their configured interval (older traces, CSV): a
+    jittered median (999.4 us from a 1 ms sampler on a busy machine) would name the
+    finest scale "0.000999" instead of "0.001", differently for every port.
     """
     steps = np.diff(np.asarray(timestamp_ns, dtype=np.int64))
     steps = steps[steps > 0]
     if steps.size == 0:
         raise ValueError("need two samples with increasing timestamps to know the interval")
-    median = float(np.median(steps))
-    microseconds = max(1, round(median / NS_PER_MICROSECOND))
-    return microseconds * NS_PER_MICROSECOND
+    return round_interval_ns(float(np.median(steps)))
+
+
+ROUND_MANTISSAS = (1, 2, 5)
+
+
+def round_interval_ns(interval_ns: float) -> int:
+    """The 1, 2 or 5 x 10^k ns nearest ``interval_ns`` on a log scale (at least 1 ns)."""
+    if not interval_ns >= 1:  # also NaN
+        return 1
+    exponent = int(np.floor(np.log10(interval_ns)))
+    candidates = [m * 10**e for e in (exponent, exponent + 1) for m in ROUND_MANTISSAS]
+    return int(min(candidates, key=lambda c: (abs(np.log(interval_ns / c)), c)))

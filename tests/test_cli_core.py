@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,8 +14,9 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from collector.trace import read_slow
+from collector.trace import TraceInfo, read_info, read_slow
 from tests.conftest import FIXTURES, SYSFS
+from tests.processes import LoggedProcess, wait_until
 
 
 def burstscope(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -116,18 +118,54 @@ def test_record_no_slow_writes_samples_only(tmp_path: Path) -> None:
 
 def test_sigterm_mid_recording_keeps_what_was_recorded(tmp_path: Path) -> None:
     out = tmp_path / "trace"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "burstscope", "record", "--source", "netdev:lo", "-o", str(out)],
-        stderr=subprocess.PIPE,
-        text=True,
+    recording = LoggedProcess(
+        [sys.executable, "-m", "burstscope", "record", "--source", "netdev:lo", "-o", str(out)]
     )
-    time.sleep(2.5)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=10)
-    assert process.returncode == 0, stderr
+    try:
+        recording.wait_log("sampling 1 port(s) every 1ms")
+        # The first piece closes after 5 s of samples; what follows it is still in memory.
+        assert wait_until(lambda: bool(list(out.glob("part-*.parquet"))))
+        closed = ds.dataset(sorted(out.glob("part-*.parquet"))).to_table().num_rows
+        status = recording.stop()
+    finally:
+        recording.kill()
+    assert status == 0, recording.stderr
     rows = ds.dataset(out).to_table().num_rows
-    assert rows > 1000
-    assert f"recorded {rows} rows" in stderr
+    assert rows > closed >= 4500  # the rows not yet in a piece were flushed, not lost
+    assert f"recorded {rows} rows" in recording.stderr
+
+
+def test_a_trace_recorded_on_a_loaded_machine_names_its_scale_by_its_interval(
+    tmp_path: Path,
+) -> None:
+    """Two busy loops beside the recorder jitter its steps; the report still says 1 ms."""
+    hog = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass"
+    hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(2)]
+    out = tmp_path / "trace"
+    try:
+        result = burstscope(
+            "record",
+            "--source",
+            "netdev:lo",
+            "--line-rate",
+            "10",
+            "--duration",
+            "2",
+            "-o",
+            str(out),
+        )
+    finally:
+        for process in hogs:
+            process.kill()
+            process.wait()
+    assert result.returncode == 0, result.stderr
+    assert read_info(out) == TraceInfo(1_000_000, "netdev:lo", socket.gethostname())
+    report = burstscope("report", str(out), "--json")
+    assert report.returncode == 0, report.stderr
+    for port in json.loads(report.stdout)["ports"]:
+        assert next(iter(port["scales"])) == "0.001", port["scales"].keys()
+    table = burstscope("report", str(out))
+    assert "1-ms max" in table.stdout, table.stdout
 
 
 def test_killed_recording_keeps_closed_pieces(tmp_path: Path) -> None:

@@ -7,7 +7,13 @@ import pytest
 
 from detectors.analyzer import DirectionAnalyzer, Summary, analyze
 from detectors.bursts import Bursts
-from detectors.config import Thresholds, nominal_interval_ns, scale_key, scale_label
+from detectors.config import (
+    Thresholds,
+    nominal_interval_ns,
+    round_interval_ns,
+    scale_key,
+    scale_label,
+)
 from detectors.congestion import congestion_share
 from detectors.contrast import contrast, verdict
 from detectors.distributions import duration_quantile, utilization_bins, utilization_quantile
@@ -242,6 +248,37 @@ def test_scale_names_and_nominal_interval() -> None:
     assert Thresholds().window_scales(MS)[0] == 10 * MS
     with pytest.raises(ValueError):
         Thresholds(burst=0.0)
+
+
+@pytest.mark.parametrize(
+    ("measured_ns", "expected_ns"),
+    [
+        (999_400, MS),  # a 1 ms sampler on a busy machine
+        (1_000_600, MS),
+        (999_971_000, 10**9),  # a 1 s trace: one label for every port
+        (1_400_000, MS),
+        (1_500_000, 2 * MS),  # nearer 2 than 1 on a log scale
+        (3_000_000, 2 * MS),
+        (4_000_000, 5 * MS),
+        (99_800, 100_000),
+        (10_000_000_000, 10**10),
+        (0.4, 1),
+        (float("nan"), 1),
+    ],
+)
+def test_an_unstated_interval_is_the_nearest_round_one(
+    measured_ns: float, expected_ns: int
+) -> None:
+    assert round_interval_ns(measured_ns) == expected_ns
+
+
+def test_a_jittered_median_is_never_the_finest_scale() -> None:
+    # Median step 999.4 us: the old rounding to a microsecond named it "0.000999".
+    steps = np.full(1001, 999_400, dtype=np.int64)
+    steps[::3] += 1_000
+    stamps = np.cumsum(steps)
+    assert nominal_interval_ns(stamps) == MS
+    assert scale_key(nominal_interval_ns(stamps)) == "0.001"
 
 
 def test_quantiles_from_fixed_bins() -> None:

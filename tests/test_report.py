@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from burstscope.cli import main
+from collector.trace import PortColumns, TraceInfo, TraceWriter, read_info, read_samples
 from tests.conftest import compare_golden
 
 REPO = Path(__file__).resolve().parents[1]
@@ -289,3 +291,69 @@ def test_thresholds_are_flags(capsys: pytest.CaptureFixture[str]) -> None:
     status, _, err = report(capsys, trace, "--burst", "2")
     assert status == 2
     assert err.strip() == "burstscope report: error: threshold burst must be in (0, 1], got 2.0"
+
+
+def jittered_csv(path: Path, step_ns: int, jitter_ns: int, rows: int = 3000) -> Path:
+    """One port at ~``step_ns`` whose every third step is ``jitter_ns`` longer."""
+    steps = np.full(rows, step_ns, dtype=np.int64)
+    steps[::3] += jitter_ns
+    stamps = 1_700_000_000_000_000_000 + np.cumsum(steps)
+    lines = [f"{HEADER},line_rate_bytes_per_second"]
+    lines += [f"{t},mlx5_0,1,{i * 1000},{i * 500},50000000000" for i, t in enumerate(stamps)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_jittered_csv_names_its_finest_scale_by_the_round_interval(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Median step 999.4 us, as a 1 ms sampler on a busy machine records.
+    csv = jittered_csv(tmp_path / "jittered.csv", 999_400, 1_000)
+    status, out, err = report(capsys, str(csv), "--json")
+    assert status == 0, err
+    assert [next(iter(p["scales"])) for p in json.loads(out)["ports"]] == ["0.001", "0.001"]
+    status, out, err = report(capsys, str(csv))
+    assert status == 0, err
+    assert "1-ms" in out and "999" not in out.split("\n", 3)[2]
+
+
+def test_a_trace_that_states_its_interval_is_named_by_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # 250 us is no 1-2-5 interval: only the trace's own word names it right.
+    csv = jittered_csv(tmp_path / "quarter.csv", 249_700, 900)
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    writer = TraceWriter(trace, info=TraceInfo(250_000, "sysfs", "node-a"))
+    for samples in read_samples(csv):
+        writer.append(
+            [
+                PortColumns(
+                    samples.device,
+                    samples.port,
+                    50_000_000_000,
+                    samples.timestamp_ns,
+                    samples.xmit_bytes,
+                    samples.rcv_bytes,
+                    np.zeros(samples.timestamp_ns.size, dtype=np.int64),
+                    np.zeros(samples.timestamp_ns.size, dtype=np.bool_),
+                )
+            ]
+        )
+    writer.close()
+    assert read_info(trace) == TraceInfo(250_000, "sysfs", "node-a")
+    assert read_info(csv) == TraceInfo()
+    status, out, err = report(capsys, str(trace), "--json")
+    assert status == 0, err
+    assert next(iter(json.loads(out)["ports"][0]["scales"])) == "0.00025"
+    status, out, err = report(capsys, str(csv), "--json")
+    assert status == 0, err
+    assert next(iter(json.loads(out)["ports"][0]["scales"])) == "0.0002"  # unstated: round
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [{}, {b"burstscope.interval_ns": b"-5"}, {b"burstscope.interval_ns": b"1e6"}],
+)
+def test_missing_or_bad_stated_interval_counts_as_unstated(metadata: dict[bytes, bytes]) -> None:
+    assert TraceInfo.from_metadata(metadata).interval_ns is None

@@ -35,7 +35,7 @@ from collector.sampler import SamplerConfig, SamplerError, parse_interval
 from collector.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
 from collector.slow_poller import slow_sources_for
 from collector.sources.base import CounterSource, SlowSource
-from collector.trace import TraceError, TraceWriter, prepare_output
+from collector.trace import TraceError, TraceInfo, TraceWriter, prepare_output
 from detectors.config import Thresholds
 
 _LOG = logging.getLogger("burstscope.agent")
@@ -86,6 +86,7 @@ class AgentSettings:
     mqtt: MqttSettings | None = None  # --mqtt: publish burst and link events
     recording_dir: str | None = None  # --record / [recording] path
     recording_piece_seconds: float = 5.0
+    source_spec: str | None = None  # as given, for the trace's metadata
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
@@ -150,6 +151,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         mqtt=_mqtt_settings(args, config),
         recording_dir=pick("record", "recording", "path", None),
         recording_piece_seconds=config.get("recording", "piece_seconds", 5.0),
+        source_spec=args.source,
     )
 
 
@@ -166,7 +168,14 @@ def open_recording(settings: AgentSettings) -> TraceWriter | None:
         raise UsageError(f"cannot record to {settings.recording_dir!r}: {exc.strerror}") from None
     except TraceError as exc:
         raise UsageError(str(exc)) from None
-    return TraceWriter(path, settings.recording_piece_seconds)
+    return TraceWriter(path, settings.recording_piece_seconds, trace_info(settings))
+
+
+def trace_info(settings: AgentSettings) -> TraceInfo:
+    """What the agent's recordings say about themselves."""
+    return TraceInfo.here(
+        settings.sampler.interval_ns, settings.source_spec or settings.source.name
+    )
 
 
 def _mqtt_settings(args: argparse.Namespace, config: AgentConfig) -> MqttSettings | None:

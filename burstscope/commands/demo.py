@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from burstscope.commands.agent import Agent, AgentSettings
+from burstscope.commands.agent import Agent, AgentSettings, trace_info
 from burstscope.commands.report import analyze_paths
 from burstscope.commands.top import stop_on_signals, watch
 from burstscope.errors import UsageError
@@ -77,8 +77,9 @@ def run(args: argparse.Namespace) -> int:
         slow_interval_seconds=1.0,
         sysfs_root="/sys",
         mqtt=mqtt,
+        source_spec=f"sim:{args.profile}",
     )
-    agent = Agent(settings, TraceWriter(path))
+    agent = Agent(settings, TraceWriter(path, info=trace_info(settings)))
     stop = stop_on_signals()
     agent.start()
     assert agent.server is not None

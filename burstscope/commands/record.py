@@ -102,6 +102,12 @@ def run(args: argparse.Namespace) -> int:
             args.duration,
             config,
             should_stop=lambda: stopping,
+            source_spec=args.source,
+            on_sampling=lambda: print(
+                f"sampling {len(source.ports)} port(s) every {args.interval} into {path}",
+                file=sys.stderr,
+                flush=True,
+            ),
             # ethtool asks the running kernel, so only over the real /sys.
             slow_sources=[]
             if args.no_slow

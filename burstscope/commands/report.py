@@ -19,7 +19,14 @@ from burstscope.report_view import (
     print_table,
     to_json,
 )
-from collector.trace import PortSamples, SlowSeries, TraceError, read_samples, read_slow
+from collector.trace import (
+    PortSamples,
+    SlowSeries,
+    TraceError,
+    read_info,
+    read_samples,
+    read_slow,
+)
 from detectors.analyzer import Chunk, DirectionAnalyzer
 from detectors.config import NS_PER_SECOND, Thresholds, nominal_interval_ns, scale_key
 from detectors.congestion import congestion_direction, congestion_share
@@ -129,8 +136,11 @@ class _Direction:
 class _Port:
     """One port of one trace: its two directions, created once the interval is known."""
 
-    def __init__(self, source: str, device: str, port: int, options: _Options) -> None:
+    def __init__(
+        self, source: str, device: str, port: int, options: _Options, interval_ns: int | None
+    ) -> None:
         self.source = source
+        self.interval_ns = interval_ns  # as the trace states it; None: judged from the steps
         self.device = device
         self.port = port
         self.options = options
@@ -198,7 +208,7 @@ class _Port:
                 f"{str(self.pending[0].source)!r}: {self.label} needs at least two samples "
                 "with increasing timestamps"
             )
-        interval = nominal_interval_ns(stamps)
+        interval = self.interval_ns or nominal_interval_ns(stamps)
         self.directions = tuple(  # type: ignore[assignment]
             _Direction(
                 DirectionAnalyzer(rate, self.options.thresholds, interval, keep_bursts=True),
@@ -239,10 +249,11 @@ def analyze_paths(
     for path in paths:
         found: dict[tuple[str, int], _Port] = {}
         try:
+            interval = read_info(path).interval_ns
             for samples in read_samples(path):
                 key = (samples.device, samples.port)
                 if key not in found:
-                    found[key] = _Port(str(path), samples.device, samples.port, options)
+                    found[key] = _Port(str(path), samples.device, samples.port, options, interval)
                 found[key].add(samples)
             slow = read_slow(path)
         except TraceError as exc:

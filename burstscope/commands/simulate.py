@@ -18,7 +18,7 @@ from collector.simulation.model import TrafficModel
 from collector.simulation.profiles import DEFAULT_PROFILE, PROFILES, profile_named
 from collector.simulation.sysfs_writer import SysfsWriter
 from collector.simulation.tracegen import FIXED_EPOCH_NS, simulate_trace
-from collector.trace import TraceError, TraceWriter, prepare_output
+from collector.trace import TraceError, TraceInfo, TraceWriter, prepare_output
 
 
 def register(subparsers: Any) -> None:
@@ -95,7 +95,11 @@ def run(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     try:
         rows = simulate_trace(
-            model, TraceWriter(path), round(args.duration * 1e9), interval_ns, start_ns
+            model,
+            TraceWriter(path, info=TraceInfo.here(interval_ns, f"sim:{args.profile}")),
+            round(args.duration * 1e9),
+            interval_ns,
+            start_ns,
         )
     except TraceError as exc:
         raise UsageError(str(exc)) from None
