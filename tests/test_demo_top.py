@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_binary
+from tests.processes import wait_until
 from tests.test_agent import free_port, metric
 from tests.test_cli_core import assert_usage_error, burstscope
 
@@ -26,7 +27,7 @@ def test_demo_json_reports_the_run_and_serves_metrics(tmp_path: Path) -> None:
             "burstscope",
             "demo",
             "--duration",
-            "6",
+            "10",
             "--json",
             "--listen",
             f"127.0.0.1:{port}",
@@ -37,20 +38,29 @@ def test_demo_json_reports_the_run_and_serves_metrics(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(4)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        body = response.read().decode()
-    stdout, stderr = process.communicate(timeout=60)
-    assert process.returncode == 0, stderr
     peak = (
         'burstscope_port_peak_utilization_ratio{device="mlx5_0",direction="transmit",'
         'port="1",window="15s"}'
     )
-    assert metric(body, peak) >= 0.95
     # The simulated node's slow counters: congestion rises with its saturated milliseconds.
     wait = 'burstscope_port_transmit_wait_total{device="mlx5_0",port="1"}'
-    assert metric(body, wait) > 0
     cnp = 'burstscope_port_congestion_packets_total{counter="np_cnp_sent",device="mlx5_0",port="1"}'
+    body = ""
+
+    def served() -> bool:
+        nonlocal body
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+                body = answer.read().decode()
+            return metric(body, peak) >= 0.95 and metric(body, wait) > 0 and metric(body, cnp) > 0
+        except (OSError, AssertionError, ValueError):
+            return process.poll() is not None  # not serving yet, or gone: stop asking then
+
+    assert wait_until(served), "the demo never served its metrics"
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert metric(body, peak) >= 0.95
+    assert metric(body, wait) > 0
     assert metric(body, cnp) > 0
     report = json.loads(stdout)
     assert len(report["ports"]) == 18

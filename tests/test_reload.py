@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pytest
 from detectors.analyzer import DirectionAnalyzer
 from detectors.config import Thresholds
 from tests.conftest import SYSFS
+from tests.processes import DEADLINE_SECONDS, LoggedProcess
 from tests.test_agent import fetch, free_port, metric
 
 RATE = 1_000_000_000  # bytes per second
@@ -53,35 +52,12 @@ def test_retune_refuses_window_changes() -> None:
         analyzer.retune(Thresholds(coarse_window_ns=30_000_000_000))
 
 
-class ConfiguredAgent:
+class ConfiguredAgent(LoggedProcess):
     """The agent started from a config file only (its listen address comes from the file)."""
 
     def __init__(self, config: Path) -> None:
         self.config = config
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "burstscope", "agent", "--config", str(config)],
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait_log(self, fragment: str, timeout: float = 15.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in list(self.lines):
-                if fragment in line:
-                    return line
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise AssertionError(f"{fragment!r} not logged; log: {self.lines}")
+        super().__init__([sys.executable, "-m", "burstscope", "agent", "--config", str(config)])
 
     def reload(self, text: str) -> None:
         self.config.write_text(text)
@@ -96,7 +72,7 @@ def config_text(port: int, include: str, burst: float, saturated: float, extra: 
     )
 
 
-def wait_metrics(url: str, fragment: str, timeout: float = 15.0) -> str:
+def wait_metrics(url: str, fragment: str, timeout: float = DEADLINE_SECONDS) -> str:
     deadline = time.monotonic() + timeout
     body = ""
     while time.monotonic() < deadline:
@@ -161,7 +137,7 @@ def test_sighup_applies_live_settings_logs_restart_ones_and_survives_bad_files(
 
 def test_sighup_without_a_config_file_changes_nothing() -> None:
     port = free_port()
-    process = subprocess.Popen(
+    agent = LoggedProcess(
         [
             sys.executable,
             "-m",
@@ -173,17 +149,13 @@ def test_sighup_without_a_config_file_changes_nothing() -> None:
             "10",
             "--listen",
             f"127.0.0.1:{port}",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
+        ]
     )
     try:
         wait_metrics(f"http://127.0.0.1:{port}/metrics", "burstscope_sampler_ticks_total")
-        process.send_signal(signal.SIGHUP)
-        time.sleep(0.3)
-        assert process.poll() is None  # SIGHUP's default action would have killed it
+        agent.process.send_signal(signal.SIGHUP)
+        agent.wait_log("reload: no --config file was given; nothing to reload")
+        assert agent.process.poll() is None  # SIGHUP's default action would have killed it
     finally:
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=10)
-    assert process.returncode == 0
-    assert "reload: no --config file was given; nothing to reload" in stderr
+        status = agent.stop()
+    assert status == 0, agent.lines
