@@ -64,6 +64,7 @@ import numpy.typing as npt
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from collector.discovery import DEFAULT_SYSFS_ROOT  # noqa: E402
 from collector.ring import Field, Ring  # noqa: E402
 from collector.sampler import Sampler, SamplerConfig  # noqa: E402
 from collector.sources.base import STATUS_MISSING  # noqa: E402
@@ -268,7 +269,7 @@ def default_cpu() -> int:
     return allowed[-1] if len(allowed) > 1 else -1
 
 
-def machine_interfaces(ports: int, sysfs_root: str = "/sys") -> tuple[str, ...]:
+def machine_interfaces(ports: int, sysfs_root: str = DEFAULT_SYSFS_ROOT) -> tuple[str, ...]:
     names = sorted(
         entry.name
         for entry in Path(sysfs_root, "class", "net").iterdir()
@@ -279,7 +280,7 @@ def machine_interfaces(ports: int, sysfs_root: str = "/sys") -> tuple[str, ...]:
     return tuple(itertools.islice(itertools.cycle(names), ports))
 
 
-def counter_files(interfaces: tuple[str, ...], sysfs_root: str = "/sys") -> list[str]:
+def counter_files(interfaces: tuple[str, ...], sysfs_root: str = DEFAULT_SYSFS_ROOT) -> list[str]:
     files = []
     for interface in interfaces:
         statistics = Path(sysfs_root, "class", "net", interface, "statistics")

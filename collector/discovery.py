@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
+# The running kernel's sysfs; every reader takes the root as a parameter defaulting to it.
+DEFAULT_SYSFS_ROOT = "/sys"
+
 # The two counters read every tick. 64-bit on every HCA with PortCountersExtended (mlx5
 # and all ConnectX since ConnectX-3), in units of 4 octets (see DATA_COUNTER_OCTETS).
 DATA_COUNTERS = ("port_xmit_data", "port_rcv_data")
@@ -25,6 +28,9 @@ DATA_COUNTER_OCTETS = 4
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
 _STATE = re.compile(r"^\s*(\d+)\s*:\s*(.*?)\s*$")
+# Not a counter: hw_counters/lifespan is the stats cache lifetime in ms, writable by root
+# (drivers/infiniband/core/sysfs.c set_stats_lifespan).
+LIFESPAN = "lifespan"
 # Old kernels print this instead of failing the read when the PMA query fails (procfs #687).
 _NO_PMA = "N/A (no PMA)"
 
@@ -51,11 +57,17 @@ class InfiniBandPort:
     phys_state: State | None  # phys_state: "5: LinkUp"
     rate_bytes_per_second: int | None  # rate: "400 Gb/sec (4X NDR)"
     netdev: str | None  # RoCE only: gid_attrs/ndevs/<i>, else device/net/<name>
-    counters: tuple[str, ...]  # readable files in counters/
-    hw_counters: tuple[str, ...]  # files in hw_counters/ (not read here: each read is firmware)
+    counters: tuple[str, ...]  # readable files in counters/; () without counters/
+    hw_counters: tuple[str, ...]  # files in hw_counters/, lifespan included (none read here)
+    has_hw_counters: bool  # hw_counters/ is a directory (it may list nothing yet)
 
     def counter_path(self, name: str) -> Path:
         return self.path / "counters" / name
+
+    @property
+    def hw_counter_names(self) -> tuple[str, ...]:
+        """The counters in hw_counters/: every file but lifespan."""
+        return tuple(name for name in self.hw_counters if name != LIFESPAN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +79,11 @@ class Skipped:
 
 @dataclass(frozen=True, slots=True)
 class Discovery:
-    ports: tuple[InfiniBandPort, ...] = ()
+    ports: tuple[InfiniBandPort, ...] = ()  # ports whose data counters can be sampled
     skipped: tuple[Skipped, ...] = field(default=())
+    # Skipped for lack of counters/ (irdma, rxe, siw), yet with hw_counters/: their RoCE
+    # congestion counters can still be polled. Each is also in ``skipped``.
+    hw_counter_only: tuple[InfiniBandPort, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -171,11 +186,37 @@ def _list_names(directory: Path) -> list[str]:
         return []
 
 
+def _port_record(
+    device: str, port: int, port_path: Path, counters: tuple[str, ...]
+) -> InfiniBandPort:
+    """The attributes every port has, read the same way whatever else it offers."""
+    link_layer = _optional_text(port_path / "link_layer") or "Unknown"
+    rate_text = _optional_text(port_path / "rate")
+    state_text = _optional_text(port_path / "state")
+    phys_text = _optional_text(port_path / "phys_state")
+    hw_dir = port_path / "hw_counters"
+    return InfiniBandPort(
+        device=device,
+        port=port,
+        path=port_path,
+        link_layer=link_layer,
+        state=parse_state(state_text) if state_text else None,
+        phys_state=parse_state(phys_text) if phys_text else None,
+        rate_bytes_per_second=parse_rate(rate_text) if rate_text else None,
+        netdev=_roce_netdev(port_path) if link_layer == "Ethernet" else None,
+        counters=counters,
+        hw_counters=tuple(_list_names(hw_dir)),
+        has_hw_counters=hw_dir.is_dir(),
+    )
+
+
 def _parse_port(device: str, port_path: Path) -> tuple[InfiniBandPort | None, list[Skipped]]:
+    """A port with sampleable data counters, or None; and what was skipped, with why."""
     port = int(port_path.name)
     counters_dir = port_path / "counters"
     if not counters_dir.is_dir():
-        # irdma, rxe, siw and some bnxt_re have no PMA, hence no counters/ (linux-counters.md s7).
+        # irdma, rxe, siw and some bnxt_re have no PMA, hence no counters/: the core only
+        # creates it for a device with process_mad (drivers/infiniband/core/sysfs.c).
         return None, [Skipped(device, port, "no counters/ directory (driver without a PMA)")]
     skipped: list[Skipped] = []
     readable: list[str] = []
@@ -190,24 +231,7 @@ def _parse_port(device: str, port_path: Path) -> tuple[InfiniBandPort | None, li
     missing = [name for name in DATA_COUNTERS if name not in readable]
     if missing:
         return None, [Skipped(device, port, f"counters/{missing[0]} is missing")]
-
-    link_layer = _optional_text(port_path / "link_layer") or "Unknown"
-    rate_text = _optional_text(port_path / "rate")
-    state_text = _optional_text(port_path / "state")
-    phys_text = _optional_text(port_path / "phys_state")
-    found = InfiniBandPort(
-        device=device,
-        port=port,
-        path=port_path,
-        link_layer=link_layer,
-        state=parse_state(state_text) if state_text else None,
-        phys_state=parse_state(phys_text) if phys_text else None,
-        rate_bytes_per_second=parse_rate(rate_text) if rate_text else None,
-        netdev=_roce_netdev(port_path) if link_layer == "Ethernet" else None,
-        counters=tuple(readable),
-        hw_counters=tuple(_list_names(port_path / "hw_counters")),
-    )
-    return found, skipped
+    return _port_record(device, port, port_path, tuple(readable)), skipped
 
 
 def compile_filter(pattern: str | None, what: str) -> re.Pattern[str] | None:
@@ -221,7 +245,7 @@ def compile_filter(pattern: str | None, what: str) -> re.Pattern[str] | None:
 
 
 def discover(
-    sysfs_root: Path | str = "/sys",
+    sysfs_root: Path | str = DEFAULT_SYSFS_ROOT,
     include: re.Pattern[str] | None = None,
     exclude: re.Pattern[str] | None = None,
 ) -> Discovery:
@@ -236,6 +260,7 @@ def discover(
         return Discovery()
     ports: list[InfiniBandPort] = []
     skipped: list[Skipped] = []
+    hw_counter_only: list[InfiniBandPort] = []
     for device_path in devices:
         device = device_path.name
         if include is not None and not include.search(device):
@@ -250,4 +275,6 @@ def discover(
             skipped.extend(notes)
             if found is not None:
                 ports.append(found)
-    return Discovery(tuple(ports), tuple(skipped))
+            elif not (port_path / "counters").is_dir() and (port_path / "hw_counters").is_dir():
+                hw_counter_only.append(_port_record(device, int(port_path.name), port_path, ()))
+    return Discovery(tuple(ports), tuple(skipped), tuple(hw_counter_only))

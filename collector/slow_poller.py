@@ -10,27 +10,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from collector.discovery import (
-    InfiniBandPort,
-    parse_rate,
-    parse_state,
-    read_attribute,
-)
-from collector.sources import rdma_netlink
 from collector.sources.base import SlowReading, SlowSource
-from collector.sources.ethtool import EthtoolSource
-from collector.sources.hw_counters import LIFESPAN, HwCountersSysfsSource
-from collector.sources.infiniband import InfiniBandSource
-from collector.sources.netdev import NetdevSource
-from collector.sources.port_slow import PortSlowSource
-from collector.sources.rdma_netlink import RdmaNetlinkSource
-from collector.sources.replay import ReplaySource
-from collector.sources.sim import SimSlowSource, SimSource
 from collector.trace import SlowRow
 from detectors.counters import CounterTracker
 
@@ -319,100 +303,3 @@ class SlowPoller:
                 for s in self._states
             )
         return SlowSnapshot(counters, health)
-
-
-def choose_hw_counter_source(
-    ports: Sequence[InfiniBandPort],
-    probe: Callable[[Sequence[str]], str | None] = rdma_netlink.probe,
-    logger: logging.Logger = _LOG,
-) -> SlowSource:
-    """RDMA netlink where the kernel offers it, sysfs hw_counters otherwise, said in one line."""
-    reason = probe(sorted({port.device for port in ports}))
-    if reason is None:
-        return RdmaNetlinkSource([(port.device, port.port) for port in ports])
-    logger.info("hw counters from sysfs hw_counters/ instead of RDMA netlink: %s", reason)
-    return HwCountersSysfsSource(ports)
-
-
-def _text(path: Path) -> str | None:
-    try:
-        return read_attribute(path)
-    except OSError:
-        return None
-
-
-def _hw_counter_only_ports(source: InfiniBandSource, sysfs_root: str) -> list[InfiniBandPort]:
-    """Ports discovery skipped for lack of counters/ (irdma, rxe) that still have hw_counters."""
-    found = []
-    for skipped in source.discovery.skipped:
-        if skipped.port is None or not skipped.reason.startswith("no counters/"):
-            continue
-        path = (
-            Path(sysfs_root) / "class" / "infiniband" / skipped.device / "ports" / str(skipped.port)
-        )
-        hw_dir = path / "hw_counters"
-        if not hw_dir.is_dir():
-            continue
-        state, phys, rate = (_text(path / n) for n in ("state", "phys_state", "rate"))
-        names = tuple(sorted(p.name for p in hw_dir.iterdir() if p.name != LIFESPAN))
-        found.append(
-            InfiniBandPort(
-                device=skipped.device,
-                port=skipped.port,
-                path=path,
-                link_layer=_text(path / "link_layer") or "Unknown",
-                state=parse_state(state) if state else None,
-                phys_state=parse_state(phys) if phys else None,
-                rate_bytes_per_second=parse_rate(rate) if rate else None,
-                netdev=None,
-                counters=(),
-                hw_counters=names,
-            )
-        )
-    return found
-
-
-def slow_sources_for(
-    fast_source: object,
-    sysfs_root: str = "/sys",
-    with_ethtool: bool = True,
-    probe: Callable[[Sequence[str]], str | None] = rdma_netlink.probe,
-) -> list[SlowSource]:
-    """The slow sources that go with a fast source.
-
-    InfiniBand source: port_slow for every port; hw counters (netlink, else sysfs) for the
-    Ethernet link layer ports, including RoCE ports without counters/; ethtool for each RoCE
-    netdev. Netdev source: ethtool for each interface. Replayed trace: the slow counters
-    recorded with it. ``with_ethtool=False`` leaves ethtool
-    out, e.g. over a fixture tree, since ethtool always asks the running kernel.
-    """
-    sources: list[SlowSource] = []
-    if isinstance(fast_source, InfiniBandSource):
-        ports = list(fast_source.discovery.ports)
-        sources.append(PortSlowSource(ports))
-        roce = [p for p in ports if p.link_layer == "Ethernet" and p.hw_counters]
-        roce += _hw_counter_only_ports(fast_source, sysfs_root)
-        if roce:
-            sources.append(choose_hw_counter_source(roce, probe))
-        if with_ethtool:
-            # Labelled with the RDMA port that owns the netdev, so PFC counters sit beside
-            # that port's bursts in the exporter and on the dashboards.
-            sources.extend(
-                EthtoolSource(p.netdev, device=p.device, port=p.port) for p in ports if p.netdev
-            )
-    elif isinstance(fast_source, SimSource):
-        # The simulated node's congestion counters, on the same model and clock.
-        sources.append(
-            SimSlowSource(fast_source.profile, fast_source.seed, fast_source.zero_monotonic_ns)
-        )
-    elif isinstance(fast_source, ReplaySource):
-        # What was recorded beside the trace, if anything, played back with it.
-        replayed = fast_source.slow_source()
-        if replayed is not None:
-            sources.append(replayed)
-    elif isinstance(fast_source, NetdevSource):
-        if with_ethtool:
-            sources.extend(EthtoolSource(interface) for interface in fast_source.interfaces)
-    else:
-        raise TypeError(f"no slow sources known for {type(fast_source).__name__}")
-    return sources

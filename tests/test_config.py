@@ -11,7 +11,7 @@ from collector.config import ConfigError, load_config, parse_config
 EXAMPLE = """
 [source]
 spec = "netdev:lo"
-sysfs_root = "/sys"
+sysfs_root = "/host/sys"
 include = "^mlx5_"
 line_rate_gbits = 400
 interval = "1ms"

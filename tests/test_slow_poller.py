@@ -14,14 +14,13 @@ from collector.slow_poller import (
     CounterState,
     SlowPoller,
     SlowSnapshot,
-    slow_sources_for,
 )
 from collector.sources.base import SlowReading, SlowSource
 from collector.sources.ethtool import EthtoolSource
 from collector.sources.hw_counters import HwCountersSysfsSource
 from collector.sources.infiniband import InfiniBandSource
 from collector.sources.netdev import NetdevSource
-from collector.sources.port_slow import PortSlowSource
+from collector.sources.port_counters import PortCounterSource
 from collector.sources.rdma_netlink import RdmaNetlinkSource
 from detectors.counters import RESETTING_64
 from tests.conftest import SYSFS
@@ -44,7 +43,7 @@ def polls_at_least(count: int) -> Callable[[SlowSnapshot], bool]:
 
 
 def test_intervals_below_the_minimum_are_refused() -> None:
-    source = PortSlowSource(discover(SYSFS).ports)
+    source = PortCounterSource(discover(SYSFS).ports)
     with pytest.raises(ValueError, match=r"below the minimum of 1\.0 s"):
         SlowPoller([source], interval_seconds=0.5)
     with pytest.raises(ValueError, match="'port_slow'"):
@@ -55,7 +54,7 @@ def test_intervals_below_the_minimum_are_refused() -> None:
 def test_saturation_reset_and_wrap_through_the_thread(sysfs_copy: Path) -> None:
     discovered = discover(sysfs_copy).ports
     roce = [p for p in discovered if p.device == "mlx5_1"]
-    sources: list[SlowSource] = [PortSlowSource(discovered), HwCountersSysfsSource(roce)]
+    sources: list[SlowSource] = [PortCounterSource(discovered), HwCountersSysfsSource(roce)]
     counters = sysfs_copy / "class/infiniband/mlx5_0/ports/1/counters"
     hw = sysfs_copy / "class/infiniband/mlx5_1/ports/1/hw_counters"
     (hw / "out_of_buffer").write_text("4294967290\n")
@@ -111,7 +110,7 @@ def test_saturation_reset_and_wrap_through_the_thread(sysfs_copy: Path) -> None:
 
 
 def test_timestamps_are_read_midpoints(sysfs_copy: Path) -> None:
-    poller = SlowPoller([PortSlowSource(discover(sysfs_copy).ports)])
+    poller = SlowPoller([PortCounterSource(discover(sysfs_copy).ports)])
     before = time.monotonic_ns()
     poller.poll_once()
     after = time.monotonic_ns()
@@ -175,7 +174,7 @@ def test_a_failing_source_is_reopened_and_rebaselined_without_stopping_others() 
 
 def test_snapshot_is_safe_while_the_thread_polls(sysfs_copy: Path) -> None:
     poller = SlowPoller(
-        [PortSlowSource(discover(sysfs_copy).ports)],
+        [PortCounterSource(discover(sysfs_copy).ports)],
         interval_seconds=0.001,
         minimum_interval_seconds=0.001,
     )
@@ -192,27 +191,28 @@ def test_snapshot_is_safe_while_the_thread_polls(sysfs_copy: Path) -> None:
     assert not any(t.name == "burstscope-slow-poller" for t in threading.enumerate())
 
 
-def test_slow_sources_for_the_infiniband_source() -> None:
+def test_the_infiniband_source_names_its_slow_sources() -> None:
     fast = InfiniBandSource(str(SYSFS))
-    sources = slow_sources_for(fast, str(SYSFS), probe=lambda _: "no RDMA netlink here")
+    sources = fast.slow_sources(probe=lambda _: "no RDMA netlink here")
     assert [s.name for s in sources] == ["port_slow", "hw_counters", "ethtool:ens1f1np1"]
     port_slow, hw, ethtool = sources
-    assert isinstance(port_slow, PortSlowSource)
+    assert isinstance(port_slow, PortCounterSource)
     assert [p.device for p in port_slow.ports] == ["mlx5_0", "mlx5_1", "mlx5_2"]
     # RoCE ports: mlx5_1, and irdma0 which has hw_counters but no counters/.
     assert isinstance(hw, HwCountersSysfsSource)
     assert [(p.device, p.port) for p in hw.ports] == [("mlx5_1", 1), ("irdma0", 1)]
     assert isinstance(ethtool, EthtoolSource) and ethtool.interface == "ens1f1np1"
 
-    with_netlink = slow_sources_for(fast, str(SYSFS), with_ethtool=False, probe=lambda _: None)
+    with_netlink = fast.slow_sources(with_ethtool=False, probe=lambda _: None)
     assert [s.name for s in with_netlink] == ["port_slow", "rdma_netlink"]
     assert isinstance(with_netlink[1], RdmaNetlinkSource)
     assert list(with_netlink[1].ports) == [("mlx5_1", 1), ("irdma0", 1)]
 
 
-def test_slow_sources_for_the_netdev_source_reads_lo_for_real() -> None:
+def test_the_netdev_source_names_ethtool_and_it_reads_lo_for_real() -> None:
     fast = NetdevSource(("lo",))
-    sources = slow_sources_for(fast)
+    assert fast.slow_sources(with_ethtool=False) == []
+    sources = fast.slow_sources()
     assert [s.name for s in sources] == ["ethtool:lo"]
     poller = SlowPoller(sources)
     poller.poll_once()
@@ -221,22 +221,17 @@ def test_slow_sources_for_the_netdev_source_reads_lo_for_real() -> None:
     poller.close()
 
 
-def test_slow_sources_for_an_unknown_source() -> None:
-    with pytest.raises(TypeError, match="no slow sources known for str"):
-        slow_sources_for("sysfs")
-
-
 def test_a_replacing_poller_carries_the_totals_on(sysfs_copy: Path) -> None:
     """A port-filter reload replaces the poller; kept counters must not go back to zero."""
     ports = discover(sysfs_copy).ports
     wait_file = sysfs_copy / "class/infiniband/mlx5_0/ports/1/counters/port_xmit_wait"
     key = ("mlx5_0", 1, "port_xmit_wait")
-    first = SlowPoller([PortSlowSource(ports)], minimum_interval_seconds=0)
+    first = SlowPoller([PortCounterSource(ports)], minimum_interval_seconds=0)
     first.poll_once()
     wait_file.write_text("5831\n")  # +1000
     first.poll_once()
     assert first.snapshot().counters[key].increment == 1000
-    second = SlowPoller([PortSlowSource(ports)], minimum_interval_seconds=0)
+    second = SlowPoller([PortCounterSource(ports)], minimum_interval_seconds=0)
     second.adopt(first)
     second.poll_once()  # re-baselines: the interval across the swap is not counted
     wait_file.write_text("6831\n")  # +1000

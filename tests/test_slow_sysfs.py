@@ -13,7 +13,7 @@ from collector.sources.hw_counters import (
     HwCountersSysfsSource,
     hw_counter_spec,
 )
-from collector.sources.port_slow import PORT_COUNTER_SPECS, PortSlowSource
+from collector.sources.port_counters import PORT_COUNTER_SPECS, PortCounterSource
 from detectors.counters import RESETTING_64, WRAPPING_32, CounterKind, CounterSpec
 from tests.conftest import SYSFS
 
@@ -26,7 +26,7 @@ def ports(root: Path, *devices: str) -> list[InfiniBandPort]:
     return [p for p in discover(root).ports if p.device in devices]
 
 
-def poll(source: PortSlowSource | HwCountersSysfsSource) -> list[SlowReading]:
+def poll(source: PortCounterSource | HwCountersSysfsSource) -> list[SlowReading]:
     source.open()
     try:
         return source.poll()
@@ -62,7 +62,7 @@ def test_data_counters_are_not_slow() -> None:
 
 
 def test_port_slow_on_the_infiniband_fixture_port() -> None:
-    readings = poll(PortSlowSource(ports(SYSFS, "mlx5_0")))
+    readings = poll(PortCounterSource(ports(SYSFS, "mlx5_0")))
     dev = ("mlx5_0", 1)
     expected = [
         SlowReading(*dev, "symbol_error", 0, sat(16)),
@@ -86,7 +86,7 @@ def test_port_slow_on_the_infiniband_fixture_port() -> None:
 
 
 def test_a_counter_reading_no_pma_is_skipped_and_counted() -> None:
-    source = PortSlowSource(ports(SYSFS, "mlx5_2"))
+    source = PortCounterSource(ports(SYSFS, "mlx5_2"))
     source.open()
     try:
         first = source.poll()
@@ -111,7 +111,7 @@ def test_a_counter_reading_no_pma_is_skipped_and_counted() -> None:
 
 
 def test_rewritten_files_are_seen_on_the_open_descriptors(sysfs_copy: Path) -> None:
-    source = PortSlowSource(ports(sysfs_copy, "mlx5_0"))
+    source = PortCounterSource(ports(sysfs_copy, "mlx5_0"))
     source.open()
     try:
         port = sysfs_copy / "class/infiniband/mlx5_0/ports/1"
@@ -174,17 +174,11 @@ def test_hw_counters_on_the_roce_fixture_port() -> None:
 
 def test_hw_counters_of_a_port_without_counters_dir() -> None:
     # irdma0 has no counters/ (so discovery skips it) but does have hw_counters/.
-    irdma = InfiniBandPort(
-        device="irdma0",
-        port=1,
-        path=SYSFS / "class/infiniband/irdma0/ports/1",
-        link_layer="Ethernet",
-        state=None,
-        phys_state=None,
-        rate_bytes_per_second=None,
-        netdev=None,
-        counters=(),
-        hw_counters=(),
+    (irdma,) = discover(SYSFS).hw_counter_only
+    assert (irdma.device, irdma.counters, irdma.hw_counter_names) == (
+        "irdma0",
+        (),
+        ("ip4InOctets", "ip4OutOctets"),
     )
     assert poll(HwCountersSysfsSource([irdma])) == [
         SlowReading("irdma0", 1, "ip4InOctets", 123456, RESETTING_64),

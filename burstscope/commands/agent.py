@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from burstscope.commands.record import add_source_arguments, source_from_args
 from burstscope.errors import UsageError
 from collector.config import AgentConfig, ConfigError, load_config
+from collector.discovery import DEFAULT_SYSFS_ROOT
 from collector.exporter import BurstscopeCollector
 from collector.http import DEFAULT_LISTEN, HttpError, MetricsServer, TlsConfig
 from collector.logging_journal import LEVELS
@@ -33,7 +34,6 @@ from collector.mqtt import (
 from collector.pipeline import Pipeline, wait_for_first_sample
 from collector.sampler import SamplerConfig, SamplerError, parse_interval
 from collector.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
-from collector.slow_poller import slow_sources_for
 from collector.sources.base import CounterSource, SlowSource
 from collector.trace import TraceError, TraceInfo, TraceWriter, prepare_output
 from detectors.config import Thresholds
@@ -106,7 +106,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         return value if value is not None else config.get(table, key, default)
 
     args.source = pick("source", "source", "spec", "sysfs")
-    args.sysfs_root = pick("sysfs_root", "source", "sysfs_root", "/sys")
+    args.sysfs_root = pick("sysfs_root", "source", "sysfs_root", DEFAULT_SYSFS_ROOT)
     args.include = pick("include", "source", "include", None)
     args.exclude = pick("exclude", "source", "exclude", None)
     args.line_rate = pick("line_rate", "source", "line_rate_gbits", None)
@@ -186,10 +186,7 @@ def _mqtt_settings(args: argparse.Namespace, config: AgentConfig) -> MqttSetting
 
 
 def slow_sources(settings: AgentSettings) -> list[SlowSource]:
-    try:
-        return slow_sources_for(settings.source, settings.sysfs_root)
-    except TypeError:
-        return []  # a source type without slow counters of its own
+    return settings.source.slow_sources()
 
 
 def setup_logging(level: str = "info") -> None:

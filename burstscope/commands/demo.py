@@ -20,6 +20,7 @@ from burstscope.commands.report import analyze_paths
 from burstscope.commands.top import stop_on_signals, watch
 from burstscope.errors import UsageError
 from burstscope.report_view import print_table, to_json
+from collector.discovery import DEFAULT_SYSFS_ROOT
 from collector.http import DEFAULT_LISTEN
 from collector.mqtt import MqttSettingsError, add_mqtt_arguments, mqtt_settings_from_args
 from collector.sampler import SamplerConfig
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         listen=args.listen,
         tls=None,
         slow_interval_seconds=1.0,
-        sysfs_root="/sys",
+        sysfs_root=DEFAULT_SYSFS_ROOT,
         mqtt=mqtt,
         source_spec=f"sim:{args.profile}",
     )

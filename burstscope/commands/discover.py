@@ -11,12 +11,20 @@ from rich.console import Console
 from rich.table import Table
 
 from burstscope.errors import UsageError
-from collector.discovery import Discovery, DiscoveryError, compile_filter, discover
+from collector.discovery import (
+    DEFAULT_SYSFS_ROOT,
+    Discovery,
+    DiscoveryError,
+    compile_filter,
+    discover,
+)
 
 
 def add_port_selection(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
     parser.add_argument(
-        "--sysfs-root", default="/sys" if defaults else None, help="root of sysfs (default: /sys)"
+        "--sysfs-root",
+        default=DEFAULT_SYSFS_ROOT if defaults else None,
+        help=f"root of sysfs (default: {DEFAULT_SYSFS_ROOT})",
     )
     parser.add_argument("--include", metavar="RE", help="only devices matching this expression")
     parser.add_argument("--exclude", metavar="RE", help="skip devices matching this expression")

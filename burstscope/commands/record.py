@@ -11,12 +11,11 @@ from typing import Any
 
 from burstscope.commands.discover import add_port_selection
 from burstscope.errors import UsageError
-from collector.discovery import compile_filter
+from collector.discovery import DEFAULT_SYSFS_ROOT, compile_filter
 from collector.recorder import record
 from collector.sampler import SamplerConfig, SamplerError, parse_interval
-from collector.slow_poller import slow_sources_for
-from collector.sources import SourceOptions, build_source
-from collector.sources.base import CounterSource, SourceError
+from collector.sources import build_source
+from collector.sources.base import CounterSource, SourceError, SourceOptions
 from collector.trace import TraceError, prepare_output
 
 
@@ -48,6 +47,12 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="do not record the slow counters (errors, congestion, PFC) polled at 1 Hz",
     )
+    parser.add_argument(
+        "--ethtool",
+        action=argparse.BooleanOptionalAction,
+        help="record the ethtool statistics (PFC) of each RoCE netdev; ethtool asks the "
+        f"running kernel, so the default is on only with --sysfs-root {DEFAULT_SYSFS_ROOT}",
+    )
     parser.set_defaults(func=run)
 
 
@@ -74,6 +79,13 @@ def sampler_config_from_args(args: argparse.Namespace) -> SamplerConfig:
         return SamplerConfig(interval_ns=parse_interval(args.interval))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def with_ethtool(args: argparse.Namespace) -> bool:
+    """--ethtool as given; by default only over the running kernel's sysfs, which it asks."""
+    if args.ethtool is not None:
+        return bool(args.ethtool)
+    return bool(args.sysfs_root == DEFAULT_SYSFS_ROOT)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,10 +120,7 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             ),
-            # ethtool asks the running kernel, so only over the real /sys.
-            slow_sources=[]
-            if args.no_slow
-            else slow_sources_for(source, args.sysfs_root, with_ethtool=args.sysfs_root == "/sys"),
+            slow_sources=[] if args.no_slow else source.slow_sources(with_ethtool(args)),
         )
     except (SamplerError, TraceError) as exc:
         raise UsageError(str(exc)) from None

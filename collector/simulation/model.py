@@ -133,11 +133,6 @@ class TrafficModel:
     # -- generation -----------------------------------------------------------------
 
     @property
-    def horizon_ns(self) -> int:
-        """Model time up to which traffic has been generated."""
-        return self._next_start
-
-    @property
     def earliest_ns(self) -> int:
         """Model time from which traffic is still held (earlier blocks were forgotten)."""
         return self._blocks[0].start_ns if self._blocks else self._next_start

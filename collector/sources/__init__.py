@@ -8,10 +8,8 @@ module (which defines ``from_spec``) and one line of ``_REGISTRY``.
 from __future__ import annotations
 
 import importlib
-import re
-from dataclasses import dataclass
 
-from collector.sources.base import CounterSource, SourceError
+from collector.sources.base import CounterSource, SourceError, SourceOptions
 
 _REGISTRY = {
     "sysfs": "collector.sources.infiniband",
@@ -19,16 +17,6 @@ _REGISTRY = {
     "sim": "collector.sources.sim",
     "replay": "collector.sources.replay",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class SourceOptions:
-    """Settings every source may use; each takes what applies to it."""
-
-    sysfs_root: str = "/sys"
-    include: re.Pattern[str] | None = None
-    exclude: re.Pattern[str] | None = None
-    line_rate_bytes_per_second: int | None = None
 
 
 def build_source(spec: str, options: SourceOptions | None = None) -> CounterSource:

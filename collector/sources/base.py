@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
+from collector.discovery import DEFAULT_SYSFS_ROOT
 from detectors.counters import CounterSpec
 
 # Per-port status written beside every sample.
@@ -15,6 +17,16 @@ STATUS_MISSING = 2  # the read failed; the port is down and being retried with b
 
 class SourceError(Exception):
     """A source cannot start: bad specification, unknown interface, nothing to read."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """Settings every source may use; each takes what applies to it."""
+
+    sysfs_root: str = DEFAULT_SYSFS_ROOT
+    include: re.Pattern[str] | None = None
+    exclude: re.Pattern[str] | None = None
+    line_rate_bytes_per_second: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +68,14 @@ class CounterSource(Protocol):
     def read_into(self, row: SampleRow) -> None: ...
 
     def close(self) -> None: ...
+
+    def slow_sources(self, with_ethtool: bool = True) -> list[SlowSource]:
+        """The slow sources that go with this one (errors, congestion, PFC), maybe none.
+
+        The source names its own companions, so no other module switches on its type.
+        ``with_ethtool=False`` leaves ethtool out (it always asks the running kernel).
+        """
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,13 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from collector.discovery import InfiniBandPort
+from collector.discovery import LIFESPAN, InfiniBandPort
 from collector.sources.base import SlowReading
 from collector.sources.slow_files import SlowFile, SlowFiles
 from detectors.counters import RESETTING_64, WRAPPING_32, CounterSpec
-
-# Not a counter: the cache lifetime in ms, writable by root (sysfs.c set_stats_lifespan).
-LIFESPAN = "lifespan"
 
 # How each hw counter ends its range (linux-counters.md s3, drivers/infiniband/hw/mlx5/
 # counters.c). mlx5 Q counters are 32-bit per counter set and wrap at 2**32 (DPDK commit

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collector.discovery import DATA_COUNTER_OCTETS, Discovery, DiscoveryError, discover
-from collector.sources import SourceOptions
-from collector.sources.base import PortSpec, SourceError
+from collector.discovery import (
+    DATA_COUNTER_OCTETS,
+    DEFAULT_SYSFS_ROOT,
+    Discovery,
+    DiscoveryError,
+    InfiniBandPort,
+    discover,
+)
+from collector.sources import rdma_netlink
+from collector.sources.base import PortSpec, SlowSource, SourceError, SourceOptions
+from collector.sources.ethtool import EthtoolSource
 from collector.sources.files import CounterFiles, FileCounterSource
+from collector.sources.hw_counters import HwCountersSysfsSource
+from collector.sources.port_counters import PortCounterSource
+from collector.sources.rdma_netlink import RdmaNetlinkSource
+
+_LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -20,7 +35,7 @@ class InfiniBandSource(FileCounterSource):
     an mlx5 interface exclude RDMA traffic (mlx5e_get_stats, en_main.c).
     """
 
-    sysfs_root: str = "/sys"
+    sysfs_root: str = DEFAULT_SYSFS_ROOT
     include: re.Pattern[str] | None = None
     exclude: re.Pattern[str] | None = None
     name: str = "infiniband"
@@ -47,6 +62,40 @@ class InfiniBandSource(FileCounterSource):
             )
             for p in self.discovery.ports
         )
+
+    def slow_sources(
+        self,
+        with_ethtool: bool = True,
+        probe: Callable[[Sequence[str]], str | None] = rdma_netlink.probe,
+    ) -> list[SlowSource]:
+        """PortCounters, state and rate of every port; hw counters (RDMA netlink, else sysfs)
+        of the Ethernet ports, including those without counters/; ethtool of each netdev."""
+        ports = self.discovery.ports
+        sources: list[SlowSource] = [PortCounterSource(ports)]
+        roce = [p for p in ports if p.link_layer == "Ethernet" and p.hw_counters]
+        roce += self.discovery.hw_counter_only
+        if roce:
+            sources.append(choose_hw_counter_source(roce, probe))
+        if with_ethtool:
+            # Labelled with the RDMA port that owns the netdev, so PFC counters sit beside
+            # that port's bursts in the exporter and on the dashboards.
+            sources.extend(
+                EthtoolSource(p.netdev, device=p.device, port=p.port) for p in ports if p.netdev
+            )
+        return sources
+
+
+def choose_hw_counter_source(
+    ports: Sequence[InfiniBandPort],
+    probe: Callable[[Sequence[str]], str | None] = rdma_netlink.probe,
+    logger: logging.Logger = _LOG,
+) -> SlowSource:
+    """RDMA netlink where the kernel offers it, sysfs hw_counters otherwise, said in one line."""
+    reason = probe(sorted({port.device for port in ports}))
+    if reason is None:
+        return RdmaNetlinkSource([(port.device, port.port) for port in ports])
+    logger.info("hw counters from sysfs hw_counters/ instead of RDMA netlink: %s", reason)
+    return HwCountersSysfsSource(ports)
 
 
 def from_spec(argument: str | None, options: SourceOptions) -> InfiniBandSource:

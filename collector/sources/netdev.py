@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collector.discovery import read_attribute
-from collector.sources import SourceOptions
-from collector.sources.base import PortSpec, SourceError
+from collector.discovery import DEFAULT_SYSFS_ROOT, read_attribute
+from collector.sources.base import PortSpec, SlowSource, SourceError, SourceOptions
+from collector.sources.ethtool import EthtoolSource
 from collector.sources.files import CounterFiles, FileCounterSource
 
 
@@ -32,7 +32,7 @@ class NetdevSource(FileCounterSource):
     """The interfaces the user names; each is a port 1 of a "device" named after it."""
 
     interfaces: tuple[str, ...]
-    sysfs_root: str = "/sys"
+    sysfs_root: str = DEFAULT_SYSFS_ROOT
     line_rate_bytes_per_second: int | None = None  # --line-rate overrides speed
     name: str = "netdev"
     ports: tuple[PortSpec, ...] = field(init=False)
@@ -58,6 +58,12 @@ class NetdevSource(FileCounterSource):
             )
         self.ports = tuple(ports)
         self._files = tuple(files)
+
+    def slow_sources(self, with_ethtool: bool = True) -> list[SlowSource]:
+        """The ethtool statistics of each interface (PFC pause counters where the NIC has them)."""
+        if not with_ethtool:
+            return []
+        return [EthtoolSource(interface) for interface in self.interfaces]
 
 
 def from_spec(argument: str | None, options: SourceOptions) -> NetdevSource:

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from collector.sources import SourceOptions
 from collector.sources.base import (
     STATUS_MISSING,
     STATUS_OK,
@@ -26,7 +25,9 @@ from collector.sources.base import (
     PortSpec,
     SampleRow,
     SlowReading,
+    SlowSource,
     SourceError,
+    SourceOptions,
 )
 from collector.trace import PortSamples, SlowSeries, TraceError, read_samples, read_slow, slow_files
 
@@ -102,9 +103,10 @@ class ReplaySource:
         self._start_ns = 0
         self.finished = False
 
-    def slow_source(self) -> ReplaySlowSource | None:
-        """The trace's recorded slow counters as a slow source; None if it has none."""
-        return ReplaySlowSource(self.path, self._first_ns) if slow_files(self.path) else None
+    def slow_sources(self, with_ethtool: bool = True) -> list[SlowSource]:
+        """The slow counters recorded beside the trace, played back with it; none if none."""
+        del with_ethtool  # the recording already holds what ethtool read, if anything
+        return [ReplaySlowSource(self.path, self._first_ns)] if slow_files(self.path) else []
 
     def __getstate__(self) -> dict[str, object]:
         return {"path": self.path, "ports": self.ports, "first_ns": self._first_ns}

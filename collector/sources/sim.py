@@ -20,17 +20,18 @@ from collector.simulation.profiles import (
     SimPort,
     profile_named,
 )
-from collector.sources import SourceOptions
 from collector.sources.base import (
     STATUS_OK,
     STATUS_REBASELINE,
     PortSpec,
     SampleRow,
     SlowReading,
+    SlowSource,
     SourceError,
+    SourceOptions,
 )
 from collector.sources.hw_counters import hw_counter_spec
-from collector.sources.port_slow import PORT_COUNTER_SPECS
+from collector.sources.port_counters import PORT_COUNTER_SPECS
 
 
 @dataclass
@@ -99,8 +100,10 @@ class SimSource:
             status[index] = next_status[index]
             next_status[index] = STATUS_OK
 
-    def model_time_ns(self, monotonic_ns: int) -> int:
-        return monotonic_ns - self.zero_monotonic_ns
+    def slow_sources(self, with_ethtool: bool = True) -> list[SlowSource]:
+        """The simulated node's congestion counters, on the same model and clock."""
+        del with_ethtool  # nothing here asks the running kernel
+        return [SimSlowSource(self.profile, self.seed, self.zero_monotonic_ns)]
 
     def schedule(self, start_monotonic_ns: int, end_monotonic_ns: int) -> Schedule:
         """Ground-truth bursts starting in [start, end), in CLOCK_MONOTONIC ns.

@@ -53,7 +53,7 @@ def _parse_gauge(name: str, text: str) -> int | None:
 
 
 @dataclass
-class PortSlowSource:
+class PortCounterSource:
     """The PortCounters in PORT_COUNTER_SPECS that exist, plus state, phys_state and rate.
 
     Descriptors stay open and are re-read with os.pread(fd, n, 0), which re-runs the
@@ -64,7 +64,7 @@ class PortSlowSource:
     """
 
     ports: Sequence[InfiniBandPort]
-    name: str = "port_slow"
+    name: str = "port_slow"  # the exported source label, kept as operators know it
     _files: SlowFiles = field(default_factory=SlowFiles, init=False)
 
     @property
@@ -92,11 +92,6 @@ class PortSlowSource:
                         SlowFile(port.device, port.port, gauge, port.path / filename, None)
                     )
         self._files.open(files)
-
-    @property
-    def file_names(self) -> tuple[tuple[str, int, str], ...]:
-        """(device, port, name) of every file this source reads (after open())."""
-        return tuple((f.device, f.port, f.name) for f in self._files.files)
 
     def poll(self) -> list[SlowReading]:
         readings = []
