@@ -4,7 +4,7 @@ One run, one emulated node: a sysfs-shaped tree of 9 RoCE ports (``mlx5_0`` .. `
 400 Gb/s each, the 8 GPU rails plus a storage port of a typical training node) whose data
 counters a writer *process* advances in place every millisecond with line-rate bursts
 (40 ms every 400 ms on every port, the synchronized all-reduce pattern). The agent is the
-real ``burstscope.commands.agent.Agent`` (sampler process, pipeline thread, HTTP server)
+real ``burstscope.agent.Agent`` (sampler process, pipeline thread, HTTP server)
 reading the tree through its real sysfs path. Scrapes come from a separate process, as
 Prometheus' would, so the client's own Python does not share the agent's GIL.
 
@@ -225,8 +225,9 @@ def free_port() -> int:
 
 def agent_settings(arguments: Sequence[str]) -> Any:
     """AgentSettings from command-line arguments, through the agent's own parser."""
-    from burstscope.commands.agent import add_agent_arguments, settings_from_args
-    from burstscope.commands.record import add_source_arguments
+    from burstscope.agent import settings_from_args
+    from burstscope.arguments import add_source_arguments
+    from burstscope.commands.agent import add_agent_arguments
 
     parser = argparse.ArgumentParser(prog="burstscope agent")
     add_source_arguments(parser, defaults=False)
@@ -237,7 +238,7 @@ def agent_settings(arguments: Sequence[str]) -> Any:
 @contextlib.contextmanager
 def running_agent(sysfs_root: Path, *extra: str) -> Iterator[tuple[Any, str]]:
     """A started in-process Agent on a free loopback port; yields (agent, metrics URL)."""
-    from burstscope.commands.agent import Agent
+    from burstscope.agent import Agent
     from burstscope.errors import UsageError
     from collector.pipeline import wait_for_first_sample
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from burstscope.report_view import DirectionReport, PortReport, Report
+from burstscope.report_model import DirectionReport, PortReport, Report
 from detectors.config import NS_PER_SECOND, scale_label
 from detectors.distributions import UTILIZATION_BINS
 

@@ -2,74 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 from rich.console import Console
 from rich.table import Table
 
+from burstscope.report_model import DirectionReport, PortReport, Report
 from detectors.analyzer import Summary
-from detectors.bursts import Bursts
 from detectors.config import NS_PER_SECOND, scale_label
 from detectors.congestion import CongestionShare
 from detectors.contrast import contrast
-from detectors.synchrony import Synchrony
 
 DIGITS = 6  # JSON rounding: stable goldens, far below what a counter can resolve
-
-
-def _empty_int() -> npt.NDArray[np.int64]:
-    return np.empty(0, dtype=np.int64)
-
-
-def _empty_float() -> npt.NDArray[np.float64]:
-    return np.empty(0, dtype=np.float64)
-
-
-@dataclass(frozen=True, slots=True)
-class PlotSeries:
-    """What --plot draws for one port direction (all empty without --plot)."""
-
-    coarse_end_ns: npt.NDArray[np.int64] = field(default_factory=_empty_int)  # 15 s windows
-    coarse_utilization: npt.NDArray[np.float64] = field(default_factory=_empty_float)
-    second_end_ns: npt.NDArray[np.int64] = field(default_factory=_empty_int)  # 1 s windows
-    second_utilization: npt.NDArray[np.float64] = field(default_factory=_empty_float)
-    peak_start_ns: npt.NDArray[np.int64] = field(default_factory=_empty_int)  # finest max/s
-    peak_utilization: npt.NDArray[np.float64] = field(default_factory=_empty_float)
-    zoom_end_ns: npt.NDArray[np.int64] = field(default_factory=_empty_int)  # finest, as sampled
-    zoom_utilization: npt.NDArray[np.float64] = field(default_factory=_empty_float)
-    zoom_valid: npt.NDArray[np.bool_] = field(default_factory=lambda: np.empty(0, dtype=np.bool_))
-
-
-@dataclass(frozen=True, slots=True)
-class DirectionReport:
-    direction: str  # "transmit" | "receive"
-    summary: Summary
-    bursts: Bursts
-    plot: PlotSeries
-    # Congestion counters recorded beside the samples (empty without slow pieces), by name.
-    congestion: tuple[tuple[str, CongestionShare], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class PortReport:
-    source: str  # the PATH argument the port came from
-    device: str
-    port: int
-    directions: tuple[DirectionReport, DirectionReport]
-    warnings: tuple[str, ...]  # about the port as a whole (line rate changes)
-
-    @property
-    def label(self) -> str:
-        return f"{self.device}/{self.port}"
-
-
-@dataclass(frozen=True, slots=True)
-class Report:
-    ports: tuple[PortReport, ...]
-    synchrony: tuple[tuple[str, str, Synchrony], ...]  # (source, direction, matrix)
 
 
 def _round(value: float | None) -> float | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -20,7 +21,6 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from burstscope import __version__
 from collector.pipeline import DIRECTIONS, TIMING_BUCKETS_SECONDS, Snapshot
 from collector.slow_poller import READ_BUCKETS_SECONDS, CounterState
 from detectors.live import BURST_DURATION_BUCKETS_SECONDS, UTILIZATION_BUCKETS
@@ -146,8 +146,10 @@ class _Families:
 class BurstscopeCollector(Collector):
     """Yields every family from one snapshot per scrape."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
+    def __init__(self, snapshot: Callable[[], Snapshot], version: str) -> None:
+        """``version``: the agent's, exported as burstscope_info{version}."""
         self._snapshot = snapshot
+        self._version = version
         self._previous_scrape_seconds = 0.0
         # Families owned by optional outputs (MQTT), built at scrape time like the rest.
         self.extra_families: list[Callable[[], Iterable[Metric]]] = []
@@ -165,7 +167,7 @@ class BurstscopeCollector(Collector):
         self._slow(out, snap)
         self._health(out, snap)
         out.gauge("burstscope_scrape_duration_seconds", (), [], self._previous_scrape_seconds)
-        out.gauge("burstscope_info", ("version", "source"), [__version__, snap.source], 1)
+        out.gauge("burstscope_info", ("version", "source"), [self._version, snap.source], 1)
         families = list(out.families.values())
         for extra in self.extra_families:
             families.extend(extra())
@@ -310,6 +312,27 @@ class BurstscopeCollector(Collector):
                 out.counter(
                     "burstscope_source_errors_total", ("source",), [source.name], source.errors
                 )
+
+
+class MqttStats(Protocol):
+    """What the MQTT publisher reports about itself (collector.mqtt.publisher.PublisherStats)."""
+
+    connected: bool
+    spool_depth: int
+    dropped: int
+    published: int
+
+
+def mqtt_families(stats: MqttStats | None) -> list[Metric]:
+    """The MQTT publisher's families (BurstscopeCollector.extra_families); none before it runs."""
+    if stats is None:
+        return []
+    out = _Families()
+    out.gauge("burstscope_mqtt_connected", (), [], 1.0 if stats.connected else 0.0)
+    out.gauge("burstscope_mqtt_spool_messages", (), [], stats.spool_depth)
+    out.counter("burstscope_mqtt_dropped_messages_total", (), [], stats.dropped)
+    out.counter("burstscope_mqtt_published_messages_total", (), [], stats.published)
+    return list(out.families.values())
 
 
 def _order(state: CounterState) -> tuple[str, int, str]:

@@ -67,7 +67,7 @@ def _families() -> dict[str, tuple[str, list[str]]]:
     slow = SlowSnapshot(counters, sources)
     snapshot = Snapshot("infiniband", 0, (port,), health, slow, Thresholds())
     found: dict[str, tuple[str, list[str]]] = {}
-    for family in BurstscopeCollector(lambda: snapshot).collect():
+    for family in BurstscopeCollector(lambda: snapshot, version="0").collect():
         name = family.name + ("_total" if family.type == "counter" else "")
         labels: list[str] = []
         for sample in family.samples:

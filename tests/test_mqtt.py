@@ -292,6 +292,7 @@ def test_backoff_is_jittered_capped_and_resets() -> None:
 def test_reloading_a_publisher_that_is_not_running_is_an_error_not_a_crash() -> None:
     from types import SimpleNamespace
 
+    from burstscope import __version__
     from collector.mqtt import attach_mqtt
     from collector.sources.base import PortSpec
 
@@ -300,6 +301,6 @@ def test_reloading_a_publisher_that_is_not_running_is_an_error_not_a_crash() -> 
         thresholds=SimpleNamespace(burst=0.5),
         listeners=[],
     )
-    handle = attach_mqtt(pipeline, build_settings("mqtt://127.0.0.1:1"))  # type: ignore[arg-type]
+    handle = attach_mqtt(pipeline, build_settings("mqtt://127.0.0.1:1"), version=__version__)  # type: ignore[arg-type]
     with pytest.raises(MqttSettingsError, match="not running"):
         handle.reload(build_settings("mqtt://127.0.0.1:2"))

@@ -262,6 +262,7 @@ def test_outage_of_ten_seconds_loses_nothing(
 
 def test_payloads_of_constructed_bursts(broker: Broker) -> None:
     """The publisher driven directly: every field of a burst and of a window summary."""
+    from burstscope import __version__
     from collector.mqtt import attach_mqtt, build_settings
     from collector.mqtt.policy import BurstRecord
     from collector.sources.base import PortSpec
@@ -276,7 +277,7 @@ def test_payloads_of_constructed_bursts(broker: Broker) -> None:
     url = f"mqtt://127.0.0.1:{broker.port}"
     subscriber = Subscriber(url)
     settings = build_settings(url, hostname="node7", max_events_per_second=2.0)
-    handle = attach_mqtt(pipeline, settings)  # type: ignore[arg-type]
+    handle = attach_mqtt(pipeline, settings, version=__version__)  # type: ignore[arg-type]
     handle.start()
     try:
         second = (time.time_ns() // 1_000_000_000 - 5) * 1_000_000_000

@@ -15,10 +15,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from burstscope.commands.agent import Agent, AgentSettings, trace_info
-from burstscope.commands.report import analyze_paths
-from burstscope.commands.top import stop_on_signals, watch
+from burstscope.agent import Agent, AgentSettings, trace_info
 from burstscope.errors import UsageError
+from burstscope.live_view import stop_on_signals, watch
+from burstscope.report_model import analyze_paths
 from burstscope.report_view import print_table, to_json
 from collector.discovery import DEFAULT_SYSFS_ROOT
 from collector.http import DEFAULT_LISTEN

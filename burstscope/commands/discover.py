@@ -10,24 +10,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from burstscope.arguments import add_port_selection
 from burstscope.errors import UsageError
 from collector.discovery import (
-    DEFAULT_SYSFS_ROOT,
     Discovery,
     DiscoveryError,
     compile_filter,
     discover,
 )
-
-
-def add_port_selection(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
-    parser.add_argument(
-        "--sysfs-root",
-        default=DEFAULT_SYSFS_ROOT if defaults else None,
-        help=f"root of sysfs (default: {DEFAULT_SYSFS_ROOT})",
-    )
-    parser.add_argument("--include", metavar="RE", help="only devices matching this expression")
-    parser.add_argument("--exclude", metavar="RE", help="skip devices matching this expression")
 
 
 def register(subparsers: Any) -> None:

@@ -9,32 +9,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from burstscope.commands.discover import add_port_selection
+from burstscope.arguments import add_source_arguments, sampler_config_from_args, source_from_args
 from burstscope.errors import UsageError
-from collector.discovery import DEFAULT_SYSFS_ROOT, compile_filter
+from collector.discovery import DEFAULT_SYSFS_ROOT
 from collector.recorder import record
-from collector.sampler import SamplerConfig, SamplerError, parse_interval
-from collector.sources import build_source
-from collector.sources.base import CounterSource, SourceError, SourceOptions
+from collector.sampler import SamplerError
 from collector.trace import TraceError, prepare_output
-
-
-def add_source_arguments(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
-    """Source flags; with defaults=False they stay None so a configuration file can fill them."""
-    parser.add_argument(
-        "--source",
-        default="sysfs" if defaults else None,
-        metavar="SPEC",
-        help="sysfs (every discovered port, default), netdev:IF[,IF...], sim[:PROFILE], "
-        "replay:PATH",
-    )
-    add_port_selection(parser, defaults)
-    parser.add_argument(
-        "--line-rate", metavar="GBITS", type=float, help="line rate in Gb/s (netdev sources)"
-    )
-    parser.add_argument(
-        "--interval", default="1ms" if defaults else None, help="sampling interval, 100us..60s"
-    )
 
 
 def register(subparsers: Any) -> None:
@@ -54,31 +34,6 @@ def register(subparsers: Any) -> None:
         f"running kernel, so the default is on only with --sysfs-root {DEFAULT_SYSFS_ROOT}",
     )
     parser.set_defaults(func=run)
-
-
-def source_from_args(args: argparse.Namespace) -> CounterSource:
-    line_rate = None
-    if args.line_rate is not None:
-        if args.line_rate <= 0:
-            raise UsageError(f"--line-rate {args.line_rate:g} must be positive")
-        line_rate = round(args.line_rate * 1e9 / 8)
-    try:
-        options = SourceOptions(
-            sysfs_root=args.sysfs_root,
-            include=compile_filter(args.include, "--include"),
-            exclude=compile_filter(args.exclude, "--exclude"),
-            line_rate_bytes_per_second=line_rate,
-        )
-        return build_source(args.source, options)
-    except (ValueError, SourceError) as exc:
-        raise UsageError(str(exc)) from None
-
-
-def sampler_config_from_args(args: argparse.Namespace) -> SamplerConfig:
-    try:
-        return SamplerConfig(interval_ns=parse_interval(args.interval))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def with_ethtool(args: argparse.Namespace) -> bool:

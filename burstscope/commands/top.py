@@ -3,31 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import select
-import signal
-import sys
-import termios
-import threading
-import time
-import tty
-from collections.abc import Callable, Iterator
-from types import FrameType
-from typing import Any, TextIO
+from typing import Any
 
-from rich.console import Console
-from rich.live import Live
-
-from burstscope.commands.agent import settings_from_args, slow_sources
-from burstscope.commands.record import add_source_arguments
+from burstscope.agent import settings_from_args
+from burstscope.arguments import add_source_arguments
 from burstscope.errors import UsageError
-from burstscope.top_view import plain_lines, table
-from collector.pipeline import Pipeline, Snapshot
-from collector.sampler import SamplerError
-
-REFRESH_PER_SECOND = 4  # the issue allows up to 10; 4 reads comfortably and costs little
-PLAIN_EVERY_SECONDS = 1.0
+from burstscope.live_view import watch_source
 
 
 def register(subparsers: Any) -> None:
@@ -38,95 +19,8 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run, listen=None, tls_cert=None, tls_key=None, tls_client_ca=None)
 
 
-@contextlib.contextmanager
-def keypresses(stream: TextIO) -> Iterator[Callable[[float], str]]:
-    """Single keys from a terminal without Enter; elsewhere, just a timed wait."""
-    if not stream.isatty():
-
-        def wait(timeout: float) -> str:
-            time.sleep(timeout)
-            return ""
-
-        yield wait
-        return
-    fd = stream.fileno()
-    saved = termios.tcgetattr(fd)
-    tty.setcbreak(fd)  # ISIG stays on: Ctrl-C still raises SIGINT
-
-    def read(timeout: float) -> str:
-        ready, _, _ = select.select([fd], [], [], timeout)
-        return os.read(fd, 1).decode(errors="ignore") if ready else ""
-
-    try:
-        yield read
-    finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-
-
-def watch(
-    snapshot: Callable[[], Snapshot],
-    stop: threading.Event,
-    duration_seconds: float | None = None,
-    title: str = "burstscope top",
-    console: Console | None = None,
-) -> None:
-    """Show the view until q, Ctrl-C (sets ``stop``), or the duration runs out."""
-    deadline = None if duration_seconds is None else time.monotonic() + duration_seconds
-
-    def running() -> bool:
-        return not stop.is_set() and (deadline is None or time.monotonic() < deadline)
-
-    if not sys.stdout.isatty():
-        while running():
-            stop.wait(
-                PLAIN_EVERY_SECONDS
-                if deadline is None
-                else min(PLAIN_EVERY_SECONDS, max(deadline - time.monotonic(), 0))
-            )
-            print("\n".join(plain_lines(snapshot())), flush=True)
-        return
-    console = console or Console()
-    with (
-        keypresses(sys.stdin) as key,
-        Live(
-            table(snapshot(), title), console=console, refresh_per_second=REFRESH_PER_SECOND
-        ) as live,
-    ):
-        while running():
-            if key(1 / REFRESH_PER_SECOND) in ("q", "Q"):
-                break
-            live.update(table(snapshot(), title))
-
-
-def stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)
-    return stop
-
-
 def run(args: argparse.Namespace) -> int:
     if args.duration is not None and not args.duration > 0:
         raise UsageError(f"--duration {args.duration:g} must be positive")
-    settings = settings_from_args(args)
-    pipeline = Pipeline(
-        settings.source,
-        settings.sampler,
-        settings.thresholds,
-        slow_sources(settings),
-        settings.slow_interval_seconds,
-    )
-    stop = stop_on_signals()
-    try:
-        pipeline.start()
-    except SamplerError as exc:
-        raise UsageError(f"sampler failed to start: {exc}") from None
-    try:
-        watch(pipeline.snapshot, stop, args.duration)
-    finally:
-        pipeline.close()
+    watch_source(settings_from_args(args), args.duration)
     return 0

@@ -19,9 +19,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 
-from burstscope import __version__
 from collector.mqtt.messages import (
     Identity,
     LinkEventDeriver,
@@ -83,7 +82,10 @@ class MqttHandle:
         pipeline: Pipeline,
         settings: MqttSettings,
         collector: BurstscopeCollector | None = None,
+        *,
+        version: str,
     ) -> None:
+        """``version``: the agent's, announced in the status and every event."""
         self.pipeline = pipeline
         self.settings = settings
         self.collector = collector
@@ -92,7 +94,7 @@ class MqttHandle:
         self.identity = Identity(
             host=settings.node,
             run=run,
-            version=__version__,
+            version=version,
             start_time=run / 1e9,
             ports=tuple((p.device, p.port) for p in pipeline.source.ports),
             threshold=pipeline.thresholds.burst,
@@ -377,36 +379,17 @@ class MqttHandle:
     # -- metrics --------------------------------------------------------------------
     def families(self) -> Iterable[Metric]:
         """The publisher's metric families, for BurstscopeCollector.extra_families."""
-        from collector.exporter import HELP
+        from collector.exporter import mqtt_families
 
-        stats = self.stats
-        if stats is None:
-            return []
-        connected = GaugeMetricFamily(
-            "burstscope_mqtt_connected",
-            HELP["burstscope_mqtt_connected"],
-            value=1.0 if stats.connected else 0.0,
-        )
-        depth = GaugeMetricFamily(
-            "burstscope_mqtt_spool_messages",
-            HELP["burstscope_mqtt_spool_messages"],
-            value=stats.spool_depth,
-        )
-        dropped = CounterMetricFamily(
-            "burstscope_mqtt_dropped_messages",
-            HELP["burstscope_mqtt_dropped_messages_total"],
-            value=stats.dropped,
-        )
-        published = CounterMetricFamily(
-            "burstscope_mqtt_published_messages",
-            HELP["burstscope_mqtt_published_messages_total"],
-            value=stats.published,
-        )
-        return [connected, depth, dropped, published]
+        return mqtt_families(self.stats)
 
 
 def attach_mqtt(
-    pipeline: Pipeline, settings: MqttSettings, collector: BurstscopeCollector | None = None
+    pipeline: Pipeline,
+    settings: MqttSettings,
+    collector: BurstscopeCollector | None = None,
+    *,
+    version: str,
 ) -> MqttHandle:
     """The publisher for a pipeline: start() after pipeline.start(), stop() before close()."""
-    return MqttHandle(pipeline, settings, collector)
+    return MqttHandle(pipeline, settings, collector, version=version)

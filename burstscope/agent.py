@@ -1,0 +1,401 @@
+"""The running agent: settings merged from flags and file, its wiring, reload and main loop.
+
+The command line only parses flags (burstscope/commands/agent.py) and calls ``serve``;
+``demo`` builds an ``Agent`` from ``AgentSettings`` directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from burstscope import __version__
+from burstscope.arguments import build_source_from
+from burstscope.errors import UsageError
+from collector.config import AgentConfig, ConfigError, load_config
+from collector.discovery import DEFAULT_SYSFS_ROOT
+from collector.exporter import BurstscopeCollector
+from collector.http import DEFAULT_LISTEN, HttpError, MetricsServer, TlsConfig
+from collector.logging_journal import setup_logging as setup_journal_logging
+from collector.mqtt import (
+    MqttHandle,
+    MqttSettings,
+    MqttSettingsError,
+    attach_mqtt,
+    mqtt_settings_from_args,
+)
+from collector.pipeline import Pipeline, wait_for_first_sample
+from collector.sampler import SamplerConfig, SamplerError, parse_interval
+from collector.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
+from collector.sources.base import CounterSource
+from collector.trace import TraceError, TraceInfo, TraceWriter, prepare_output
+from detectors.config import Thresholds
+
+_LOG = logging.getLogger("burstscope.agent")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """Command line over configuration file over defaults, validated."""
+
+    source: CounterSource
+    sampler: SamplerConfig
+    thresholds: Thresholds
+    listen: str
+    tls: TlsConfig | None
+    slow_interval_seconds: float
+    sysfs_root: str
+    mqtt: MqttSettings | None = None  # --mqtt: publish burst and link events
+    recording_dir: str | None = None  # --record / [recording] path
+    recording_piece_seconds: float = 5.0
+    source_spec: str | None = None  # as given, for a reload and the trace's metadata
+    line_rate_gbits: float | None = None  # --line-rate / line_rate_gbits, if given
+
+
+def _config(args: argparse.Namespace) -> AgentConfig:
+    if args.config is None:
+        return AgentConfig()
+    try:
+        return load_config(args.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def settings_from_args(args: argparse.Namespace) -> AgentSettings:
+    """Command line over configuration file over defaults; ``args`` is left as given."""
+    config = _config(args)
+
+    def pick(flag: str, table: str, key: str, default: Any) -> Any:
+        value = getattr(args, flag, None)
+        return value if value is not None else config.get(table, key, default)
+
+    spec = pick("source", "source", "spec", "sysfs")
+    sysfs_root = pick("sysfs_root", "source", "sysfs_root", DEFAULT_SYSFS_ROOT)
+    line_rate = pick("line_rate", "source", "line_rate_gbits", None)
+    interval = config.get("source", "interval", 1_000_000)
+    if args.interval is not None:
+        try:
+            interval = parse_interval(args.interval)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    source = build_source_from(
+        spec,
+        sysfs_root,
+        pick("include", "source", "include", None),
+        pick("exclude", "source", "exclude", None),
+        line_rate,
+    )
+    unknown = [p for p in source.ports if p.line_rate_bytes_per_second <= 0]
+    if unknown:
+        first = unknown[0]
+        raise UsageError(
+            f"line rate of {first.device} port {first.port} is unknown: pass --line-rate GBITS"
+        )
+    cert = pick("tls_cert", "listen", "tls_cert", None)
+    key = pick("tls_key", "listen", "tls_key", None)
+    client_ca = pick("tls_client_ca", "listen", "tls_client_ca", None)
+    if (cert is None) != (key is None):
+        raise UsageError("--tls-cert and --tls-key go together")
+    if client_ca is not None and cert is None:
+        raise UsageError("--tls-client-ca needs --tls-cert and --tls-key")
+    thresholds = config.values.get("thresholds", {})
+    try:
+        chosen = Thresholds(**thresholds)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return AgentSettings(
+        source=source,
+        sampler=SamplerConfig(
+            interval_ns=interval,
+            realtime_priority=config.get("sampler", "realtime_priority", 10),
+            cpu=config.get("sampler", "cpu", None),
+            spin_ns=config.get("sampler", "spin", 0),
+        ),
+        thresholds=chosen,
+        listen=pick("listen", "listen", "address", DEFAULT_LISTEN),
+        tls=TlsConfig(cert, key, client_ca) if cert is not None else None,
+        slow_interval_seconds=config.get("source", "slow_interval", 1.0),
+        sysfs_root=sysfs_root,
+        mqtt=_mqtt_settings(args, config),
+        recording_dir=pick("record", "recording", "path", None),
+        recording_piece_seconds=config.get("recording", "piece_seconds", 5.0),
+        source_spec=spec,
+        line_rate_gbits=line_rate,
+    )
+
+
+def open_recording(settings: AgentSettings) -> TraceWriter | None:
+    """A trace for this run under the recording directory, so restarts never collide."""
+    if settings.recording_dir is None:
+        return None
+    started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = Path(settings.recording_dir) / started
+    try:
+        Path(settings.recording_dir).mkdir(parents=True, exist_ok=True)
+        prepare_output(path)
+    except OSError as exc:
+        raise UsageError(f"cannot record to {settings.recording_dir!r}: {exc.strerror}") from None
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+    return TraceWriter(path, settings.recording_piece_seconds, trace_info(settings))
+
+
+def trace_info(settings: AgentSettings) -> TraceInfo:
+    """What the agent's recordings say about themselves."""
+    return TraceInfo.here(
+        settings.sampler.interval_ns, settings.source_spec or settings.source.name
+    )
+
+
+def _mqtt_settings(args: argparse.Namespace, config: AgentConfig) -> MqttSettings | None:
+    try:
+        return mqtt_settings_from_args(args, config.get)
+    except MqttSettingsError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def setup_logging(level: str = "info") -> None:
+    """One line per event, repeats rate-limited; under systemd (JOURNAL_STREAM) no timestamps."""
+    setup_journal_logging(level, under_journal="JOURNAL_STREAM" in os.environ)
+
+
+class Agent:
+    """The running agent: pipeline plus metrics server; start() then stop()."""
+
+    def __init__(self, settings: AgentSettings, trace: TraceWriter | None = None) -> None:
+        self.settings = settings
+        self.pipeline = Pipeline(
+            settings.source,
+            settings.sampler,
+            settings.thresholds,
+            settings.source.slow_sources(),
+            settings.slow_interval_seconds,
+            trace,
+        )
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.collector = BurstscopeCollector(self.pipeline.snapshot, __version__)
+        self.registry.register(self.collector)
+        self.mqtt: MqttHandle | None = None
+        self.server: MetricsServer | None = None
+
+    def start(self) -> None:
+        # Bind first: a port in use is bad input and should fail before sampling starts.
+        try:
+            self.server = MetricsServer(self.registry, self.settings.listen, self.settings.tls)
+        except HttpError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            self.pipeline.start()
+        except SamplerError as exc:
+            self.server.close()
+            raise UsageError(f"sampler failed to start: {exc}") from None
+        for note in self.pipeline.tuning_notes():
+            _LOG.info("sampler: %s", note)
+        if self.settings.mqtt is not None:
+            self.mqtt = attach_mqtt(
+                self.pipeline, self.settings.mqtt, self.collector, version=__version__
+            )
+            try:
+                self.mqtt.start()  # bad credentials: fatal; an unreachable broker is not
+            except MqttSettingsError as exc:
+                self.mqtt = None
+                self.pipeline.close()
+                self.server.close()
+                raise UsageError(str(exc)) from None
+
+    def stop(self) -> None:
+        if self.mqtt is not None:
+            self.mqtt.stop()  # publishes the offline status while the pipeline still runs
+        self.pipeline.close()
+        if self.server is not None:
+            self.server.close()
+
+
+# What a reload cannot change: it shapes the sampler process, the ring or the socket.
+def _restart_only(settings: AgentSettings) -> dict[str, Any]:
+    sampler = settings.sampler
+    return {
+        "source.spec": settings.source_spec,
+        "source.sysfs_root": settings.sysfs_root,
+        "source.line_rate_gbits": settings.line_rate_gbits,
+        "source.interval": sampler.interval_ns,
+        "source.slow_interval": settings.slow_interval_seconds,
+        "sampler": (sampler.realtime_priority, sampler.cpu, sampler.spin_ns),
+        "listen.address": settings.listen,
+        "listen TLS": settings.tls,
+        "recording": (settings.recording_dir, settings.recording_piece_seconds),
+    }
+
+
+def reload_agent(agent: Agent, cli_args: argparse.Namespace) -> None:
+    """SIGHUP: re-read the config file, apply what can change live, log what cannot.
+
+    ``cli_args`` are the flags as given (they still override the file). A file that
+    fails validation changes nothing.
+    """
+    if cli_args.config is None:
+        _LOG.warning("reload: no --config file was given; nothing to reload")
+        return
+    try:
+        new = settings_from_args(cli_args)
+    except UsageError as exc:
+        _LOG.error("reload failed, keeping the previous configuration: %s", exc)
+        return
+    old = agent.settings
+    before, after = _restart_only(old), _restart_only(new)
+    changed = [key for key in before if before[key] != after[key]]
+    if changed:
+        _LOG.warning("reload: %s changed: needs a restart; running unchanged", ", ".join(changed))
+    settings = old
+    if new.thresholds != old.thresholds:
+        agent.pipeline.retune(new.thresholds)
+        settings = replace(settings, thresholds=new.thresholds)
+        thresholds = new.thresholds
+        _LOG.info(
+            "reload: thresholds applied: burst=%g saturated=%g idle=%g busy=%g",
+            thresholds.burst,
+            thresholds.saturated,
+            thresholds.idle,
+            thresholds.busy,
+        )
+    ports_before = [(p.device, p.port) for p in old.source.ports]
+    ports_after = [(p.device, p.port) for p in new.source.ports]
+    if ports_after != ports_before and "source.spec" not in changed:
+        try:
+            agent.pipeline.replace_source(
+                new.source, new.source.slow_sources(), old.slow_interval_seconds
+            )
+        except SamplerError as exc:
+            _LOG.error("reload: port filter not applied, still sampling the old ports: %s", exc)
+        else:
+            settings = replace(settings, source=new.source)
+            _LOG.info(
+                "reload: sampler restarted on %d port(s); added %s; removed %s",
+                len(ports_after),
+                _names(set(ports_after) - set(ports_before)),
+                _names(set(ports_before) - set(ports_after)),
+            )
+    if new.mqtt != old.mqtt:
+        settings = replace(settings, mqtt=_reload_mqtt(agent, old.mqtt, new.mqtt))
+    if settings is old and not changed and new.mqtt == old.mqtt:
+        _LOG.info("reload: %s unchanged", cli_args.config)
+    agent.settings = settings
+
+
+def _reload_mqtt(
+    agent: Agent, old: MqttSettings | None, mqtt: MqttSettings | None
+) -> MqttSettings | None:
+    """Start, stop or move the MQTT publisher; the settings in force afterwards."""
+    if mqtt is None:
+        if agent.mqtt is not None:
+            agent.mqtt.stop()  # the status goes offline, as at a stop
+            agent.mqtt = None
+        _LOG.info("reload: mqtt publishing stopped")
+        return None
+    if agent.mqtt is None:
+        handle = attach_mqtt(agent.pipeline, mqtt, agent.collector, version=__version__)
+        try:
+            handle.start()
+        except MqttSettingsError as exc:
+            _LOG.error("reload: mqtt not started, keeping the previous configuration: %s", exc)
+            return old
+        agent.mqtt = handle
+        _LOG.info("reload: mqtt publishing to %s", mqtt.endpoint)
+        return mqtt
+    try:
+        applied, kept = agent.mqtt.reload(mqtt)
+    except MqttSettingsError as exc:
+        _LOG.error("reload: mqtt settings not applied, keeping the previous ones: %s", exc)
+        return old
+    if kept:
+        _LOG.warning("reload: %s changed: needs a restart; kept", ", ".join(kept))
+    _LOG.info("reload: mqtt settings applied: publishing to %s", mqtt.endpoint)
+    return applied
+
+
+def _names(ports: set[tuple[str, int]]) -> str:
+    return ", ".join(f"{device}/{port}" for device, port in sorted(ports)) or "none"
+
+
+def _start_watchdog(agent: Agent, notifier: Notifier) -> Watchdog | None:
+    """WATCHDOG=1 every WATCHDOG_USEC/2 while the sampler's heartbeat advances."""
+    period = watchdog_period()
+    if period is None or not notifier.enabled:
+        return None
+
+    def sampler_progresses() -> bool:
+        health = agent.pipeline.snapshot().health
+        return health.sampler_alive and heartbeat_recent(
+            health.heartbeat_ns, health.interval_ns, period
+        )
+
+    watchdog = Watchdog(notifier, period, sampler_progresses)
+    watchdog.start()
+    return watchdog
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the agent the flags describe until SIGTERM or SIGINT; SIGHUP reloads."""
+    settings = settings_from_args(args)
+    agent = Agent(settings, open_recording(settings))
+    notifier = Notifier()
+    wake = threading.Event()
+    pending: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        pending.append(signum)
+        wake.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_signal)
+    agent.start()
+    assert agent.server is not None
+    status = (
+        f"sampling {len(settings.source.ports)} port(s) from {settings.source.name} every "
+        f"{settings.sampler.interval_ns / 1e6:g} ms; metrics on "
+        f"{agent.server.scheme}://{settings.listen}/metrics"
+    )
+    _LOG.info("%s", status)
+    watchdog: Watchdog | None = None
+    try:
+        # READY=1 only once /metrics is bound (start) and the sampler has ticked.
+        if not wait_for_first_sample(
+            agent.pipeline, max(30.0, 3 * settings.sampler.interval_ns / 1e9)
+        ):
+            _LOG.error("the sampler produced no sample; stopping")
+            return 1
+        notifier.ready(status)
+        watchdog = _start_watchdog(agent, notifier)
+        while True:
+            wake.wait()
+            wake.clear()
+            if signal.SIGTERM in pending or signal.SIGINT in pending:
+                break
+            if signal.SIGHUP in pending:
+                pending.clear()
+                notifier.reloading()
+                try:
+                    reload_agent(agent, args)
+                except Exception:  # a reload must never take a running agent down
+                    _LOG.exception(
+                        "reload failed unexpectedly; still running, with what the lines "
+                        "above say was applied"
+                    )
+                notifier.ready(status)
+    finally:
+        notifier.stopping()
+        if watchdog is not None:
+            watchdog.stop()
+        agent.stop()
+        _LOG.info("stopped")
+    return 0

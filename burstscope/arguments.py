@@ -1,0 +1,77 @@
+"""Flags several commands share (port selection, source, interval) and what they build."""
+
+from __future__ import annotations
+
+import argparse
+
+from burstscope.errors import UsageError
+from collector.discovery import DEFAULT_SYSFS_ROOT, compile_filter
+from collector.sampler import SamplerConfig, parse_interval
+from collector.sources import build_source
+from collector.sources.base import CounterSource, SourceError, SourceOptions
+
+
+def add_port_selection(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
+    parser.add_argument(
+        "--sysfs-root",
+        default=DEFAULT_SYSFS_ROOT if defaults else None,
+        help=f"root of sysfs (default: {DEFAULT_SYSFS_ROOT})",
+    )
+    parser.add_argument("--include", metavar="RE", help="only devices matching this expression")
+    parser.add_argument("--exclude", metavar="RE", help="skip devices matching this expression")
+
+
+def add_source_arguments(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
+    """Source flags; with defaults=False they stay None so a configuration file can fill them."""
+    parser.add_argument(
+        "--source",
+        default="sysfs" if defaults else None,
+        metavar="SPEC",
+        help="sysfs (every discovered port, default), netdev:IF[,IF...], sim[:PROFILE], "
+        "replay:PATH",
+    )
+    add_port_selection(parser, defaults)
+    parser.add_argument(
+        "--line-rate", metavar="GBITS", type=float, help="line rate in Gb/s (netdev sources)"
+    )
+    parser.add_argument(
+        "--interval", default="1ms" if defaults else None, help="sampling interval, 100us..60s"
+    )
+
+
+def build_source_from(
+    spec: str,
+    sysfs_root: str,
+    include: str | None,
+    exclude: str | None,
+    line_rate_gbits: float | None,
+) -> CounterSource:
+    """The source the flags (or their configuration-file values) name; UsageError if none."""
+    line_rate = None
+    if line_rate_gbits is not None:
+        if line_rate_gbits <= 0:
+            raise UsageError(f"--line-rate {line_rate_gbits:g} must be positive")
+        line_rate = round(line_rate_gbits * 1e9 / 8)
+    try:
+        options = SourceOptions(
+            sysfs_root=sysfs_root,
+            include=compile_filter(include, "--include"),
+            exclude=compile_filter(exclude, "--exclude"),
+            line_rate_bytes_per_second=line_rate,
+        )
+        return build_source(spec, options)
+    except (ValueError, SourceError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def source_from_args(args: argparse.Namespace) -> CounterSource:
+    return build_source_from(
+        args.source, args.sysfs_root, args.include, args.exclude, args.line_rate
+    )
+
+
+def sampler_config_from_args(args: argparse.Namespace) -> SamplerConfig:
+    try:
+        return SamplerConfig(interval_ns=parse_interval(args.interval))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None

@@ -1,0 +1,340 @@
+"""A report's model: traces and CSVs through the detectors, per port and direction.
+
+What ``burstscope report`` and ``demo`` show; the views (report_view.py, plot.py) only
+turn it into a table, JSON or a picture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from burstscope.errors import UsageError
+from collector.trace import (
+    PortSamples,
+    SlowSeries,
+    TraceError,
+    read_info,
+    read_samples,
+    read_slow,
+)
+from detectors.analyzer import Chunk, DirectionAnalyzer, Summary
+from detectors.bursts import Bursts
+from detectors.config import NS_PER_SECOND, Thresholds, nominal_interval_ns, scale_key
+from detectors.congestion import CongestionShare, congestion_direction, congestion_share
+from detectors.scales import peak_envelope
+from detectors.synchrony import Synchrony, synchrony
+
+# Samples a port needs before its sampling interval (the finest scale) is decided.
+INTERVAL_PROBE = 64
+# The plot shows the finest scale as its largest value per second (an hour at 1 ms is
+# 3.6 M points, more than a PNG has pixels), and 2 s of it as sampled, from 100 ms before
+# the first burst.
+PLOT_BUCKET_NS = NS_PER_SECOND
+ZOOM_NS = 2 * NS_PER_SECOND
+ZOOM_LEAD_NS = 100_000_000
+DIRECTIONS = ("transmit", "receive")
+
+
+def _empty_int() -> npt.NDArray[np.int64]:
+    return np.empty(0, dtype=np.int64)
+
+
+def _empty_float() -> npt.NDArray[np.float64]:
+    return np.empty(0, dtype=np.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class PlotSeries:
+    """What --plot draws for one port direction (all empty without --plot)."""
+
+    coarse_end_ns: npt.NDArray[np.int64] = field(default_factory=_empty_int)  # 15 s windows
+    coarse_utilization: npt.NDArray[np.float64] = field(default_factory=_empty_float)
+    second_end_ns: npt.NDArray[np.int64] = field(default_factory=_empty_int)  # 1 s windows
+    second_utilization: npt.NDArray[np.float64] = field(default_factory=_empty_float)
+    peak_start_ns: npt.NDArray[np.int64] = field(default_factory=_empty_int)  # finest max/s
+    peak_utilization: npt.NDArray[np.float64] = field(default_factory=_empty_float)
+    zoom_end_ns: npt.NDArray[np.int64] = field(default_factory=_empty_int)  # finest, as sampled
+    zoom_utilization: npt.NDArray[np.float64] = field(default_factory=_empty_float)
+    zoom_valid: npt.NDArray[np.bool_] = field(default_factory=lambda: np.empty(0, dtype=np.bool_))
+
+
+@dataclass(frozen=True, slots=True)
+class DirectionReport:
+    direction: str  # "transmit" | "receive"
+    summary: Summary
+    bursts: Bursts
+    plot: PlotSeries
+    # Congestion counters recorded beside the samples (empty without slow pieces), by name.
+    congestion: tuple[tuple[str, CongestionShare], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PortReport:
+    source: str  # the PATH argument the port came from
+    device: str
+    port: int
+    directions: tuple[DirectionReport, DirectionReport]
+    warnings: tuple[str, ...]  # about the port as a whole (line rate changes)
+
+    @property
+    def label(self) -> str:
+        return f"{self.device}/{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    ports: tuple[PortReport, ...]
+    synchrony: tuple[tuple[str, str, Synchrony], ...]  # (source, direction, matrix)
+
+
+@dataclass(slots=True)
+class _Direction:
+    """An analyzer and, with --plot, the little of its output a picture needs."""
+
+    analyzer: DirectionAnalyzer
+    keep_plot: bool
+    plot: PlotSeries = field(default_factory=PlotSeries)
+    _parts: dict[str, list[Any]] = field(default_factory=dict)
+    zoom_start_ns: int | None = None
+
+    def feed(self, timestamp: Any, values: Any, rebaseline: Any) -> None:
+        self._keep(self.analyzer.feed(timestamp, values, rebaseline))
+
+    def finish(self) -> None:
+        self._keep(self.analyzer.finish())
+        if self.keep_plot:
+            self.plot = PlotSeries(**{name: _join(parts) for name, parts in self._parts.items()})
+
+    def _add(self, name: str, values: Any) -> None:
+        self._parts.setdefault(name, []).append(values)
+
+    def _keep(self, chunk: Chunk) -> None:
+        if not self.keep_plot:
+            return
+        thresholds = self.analyzer.thresholds
+        for key, prefix in ((scale_key(thresholds.coarse_window_ns), "coarse"), ("1", "second")):
+            windows = chunk.windows.get(key)
+            if windows is not None:
+                self._add(f"{prefix}_end_ns", windows.end_ns)
+                self._add(f"{prefix}_utilization", windows.utilization)
+        if chunk.timestamp_ns.size == 0:
+            return
+        starts, peaks = peak_envelope(
+            chunk.timestamp_ns, chunk.utilization, chunk.valid, PLOT_BUCKET_NS
+        )
+        self._add("peak_start_ns", starts)
+        self._add("peak_utilization", peaks)
+        # The zoom: the finest scale itself, from just before the first burst.
+        if self.zoom_start_ns is None:
+            above = np.flatnonzero(chunk.utilization > thresholds.burst)
+            if above.size == 0:
+                return
+            self.zoom_start_ns = int(chunk.timestamp_ns[above[0]]) - ZOOM_LEAD_NS
+        keep = (chunk.timestamp_ns >= self.zoom_start_ns) & (
+            chunk.timestamp_ns < self.zoom_start_ns + ZOOM_NS
+        )
+        if keep.any():
+            self._add("zoom_end_ns", chunk.timestamp_ns[keep])
+            self._add("zoom_utilization", chunk.utilization[keep])
+            self._add("zoom_valid", chunk.valid[keep])
+
+
+class _Port:
+    """One port of one trace: its two directions, created once the interval is known."""
+
+    def __init__(
+        self, source: str, device: str, port: int, options: _Options, interval_ns: int | None
+    ) -> None:
+        self.source = source
+        self.interval_ns = interval_ns  # as the trace states it; None: judged from the steps
+        self.device = device
+        self.port = port
+        self.options = options
+        self.pending: list[PortSamples] = []
+        self.directions: tuple[_Direction, _Direction] | None = None
+        self.line_rate: int | None = None
+        self.warnings: list[str] = []
+        self.rate_warned = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.device} port {self.port}"
+
+    def add(self, samples: PortSamples) -> None:
+        if self.directions is None:
+            self.pending.append(samples)
+            if sum(p.timestamp_ns.size for p in self.pending) >= INTERVAL_PROBE:
+                self._start(final=False)
+            return
+        self._feed(samples)
+
+    def finish(self) -> None:
+        if self.directions is None:
+            self._start(final=True)
+        assert self.directions is not None
+        for direction in self.directions:
+            direction.finish()
+
+    def _rate_from(self, samples: PortSamples) -> int | None:
+        """The first known line rate in these samples; warns once when it differs from ours."""
+        if self.options.line_rate is not None:
+            return self.options.line_rate
+        rates = samples.line_rate_bytes_per_second
+        if rates is None:
+            raise UsageError(
+                f"{str(samples.source)!r}: no line_rate_bytes_per_second column; "
+                "pass --line-rate GBITS"
+            )
+        known = rates[rates > 0]
+        if known.size == 0:
+            return None
+        if self.line_rate is not None and not self.rate_warned:
+            other = known[known != self.line_rate]
+            if other.size:
+                self.rate_warned = True
+                self.warnings.append(
+                    f"line rate changed to {int(other[0])} B/s; "
+                    f"utilization uses {self.line_rate} B/s throughout"
+                )
+        return int(known[0])
+
+    def _start(self, final: bool) -> None:
+        rate = next((r for r in (self._rate_from(p) for p in self.pending) if r is not None), None)
+        if rate is None:
+            if not final:
+                return
+            source = self.pending[0].source
+            raise UsageError(
+                f"{str(source)!r}: line rate unknown (0) for {self.label}; pass --line-rate GBITS"
+            )
+        self.line_rate = rate
+        stamps = np.concatenate([p.timestamp_ns for p in self.pending])
+        if np.count_nonzero(np.diff(stamps) > 0) == 0:
+            raise UsageError(
+                f"{str(self.pending[0].source)!r}: {self.label} needs at least two samples "
+                "with increasing timestamps"
+            )
+        interval = self.interval_ns or nominal_interval_ns(stamps)
+        self.directions = tuple(  # type: ignore[assignment]
+            _Direction(
+                DirectionAnalyzer(rate, self.options.thresholds, interval, keep_bursts=True),
+                keep_plot=self.options.plot,
+            )
+            for _ in DIRECTIONS
+        )
+        pending, self.pending = self.pending, []
+        for samples in pending:
+            self._feed(samples)
+
+    def _feed(self, samples: PortSamples) -> None:
+        if self.options.line_rate is None:
+            self._rate_from(samples)
+        assert self.directions is not None
+        transmit, receive = self.directions
+        transmit.feed(samples.timestamp_ns, samples.xmit_bytes, samples.rebaseline)
+        receive.feed(samples.timestamp_ns, samples.rcv_bytes, samples.rebaseline)
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    line_rate: int | None
+    thresholds: Thresholds
+    plot: bool
+
+
+def analyze_paths(
+    paths: list[Path], line_rate_gbits: float | None, plot: bool, thresholds: Thresholds
+) -> Report:
+    """Read every trace, feed the detectors, and gather what the views show."""
+    if line_rate_gbits is not None and not line_rate_gbits > 0:
+        raise UsageError(f"--line-rate must be positive, got {line_rate_gbits:g}")
+    line_rate = None if line_rate_gbits is None else round(line_rate_gbits * 1e9 / 8)
+    options = _Options(line_rate, thresholds, plot)
+    ports: list[PortReport] = []
+    synchronies = []
+    for path in paths:
+        found: dict[tuple[str, int], _Port] = {}
+        try:
+            interval = read_info(path).interval_ns
+            for samples in read_samples(path):
+                key = (samples.device, samples.port)
+                if key not in found:
+                    found[key] = _Port(str(path), samples.device, samples.port, options, interval)
+                found[key].add(samples)
+            slow = read_slow(path)
+        except TraceError as exc:
+            raise UsageError(str(exc)) from None
+        slow_by_port: dict[tuple[str, int], list[SlowSeries]] = {}
+        for series in slow:
+            slow_by_port.setdefault((series.device, series.port), []).append(series)
+        port_reports = []
+        for key in sorted(found):
+            port = found[key]
+            port.finish()
+            port_reports.append(_port_report(port, slow_by_port.get(key, [])))
+        ports.extend(port_reports)
+        for index, name in enumerate(DIRECTIONS):
+            if len(port_reports) < 2:
+                continue
+            directions = [p.directions[index] for p in port_reports]
+            bursts = [d.bursts for d in directions]
+            synchronies.append(
+                (
+                    str(path),
+                    name,
+                    synchrony(
+                        [f"{p.device}/{p.port}" for p in port_reports],
+                        [b.start_ns for b in bursts],
+                        [b.end_ns for b in bursts],
+                    ),
+                )
+            )
+    return Report(tuple(ports), tuple(synchronies))
+
+
+def _port_report(port: _Port, slow: list[SlowSeries]) -> PortReport:
+    assert port.directions is not None
+    directions = []
+    for name, direction in zip(DIRECTIONS, port.directions, strict=True):
+        analyzer = direction.analyzer
+        summary = analyzer.summary()
+        saturated = analyzer.saturated_seconds()
+        congestion = tuple(
+            (
+                series.name,
+                congestion_share(
+                    series.timestamp_ns,
+                    series.value,
+                    saturated,
+                    series.spec,
+                    rebaseline=series.rebaseline,
+                ),
+            )
+            for series in slow
+            if series.spec is not None and congestion_direction(series.name) == name
+        )
+        directions.append(
+            DirectionReport(
+                direction=name,
+                summary=summary,
+                bursts=analyzer.bursts(),
+                plot=direction.plot,
+                congestion=congestion,
+            )
+        )
+    return PortReport(
+        source=port.source,
+        device=port.device,
+        port=port.port,
+        directions=(directions[0], directions[1]),
+        warnings=tuple(port.warnings),
+    )
+
+
+def _join(parts: list[Any]) -> Any:
+    return np.concatenate(parts)
