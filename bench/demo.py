@@ -20,8 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.sampler import CpuClock, machine_interfaces
-from collector.consumer import RingReader
-from collector.ring import Field
+from collector.ring import Field, RingReader
 from collector.sampler import Sampler, SamplerConfig
 from collector.sources.base import CounterSource
 from collector.sources.netdev import NetdevSource

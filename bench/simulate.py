@@ -3,7 +3,7 @@
 Both sides write the same trace (9 ports, 1 ms ticks, ``--seconds`` of traffic, profile
 ``--profile``) with the real ``TraceWriter`` into a temporary directory, in the same run:
 
-- ``simulate``: ``collector.simulation.tracegen.simulate_trace`` from a fresh model, as the
+- ``simulate``: ``collector.tracegen.simulate_trace`` from a fresh model, as the
   command does it: block generation, sample timing, counter evaluation, Parquet.
 - ``reference``: the same rows, computed beforehand (outside the timed window), only
   handed to ``TraceWriter`` chunk by chunk. Its time is the floor set by the trace format.
@@ -30,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from collector.discovery import DATA_COUNTER_OCTETS
 from collector.simulation.model import TrafficModel
-from collector.simulation.tracegen import (
+from collector.trace import PortColumns, TraceWriter, prepare_output
+from collector.tracegen import (
     CHUNK_TICKS,
     FIXED_EPOCH_NS,
     sample_times,
     simulate_trace,
 )
-from collector.trace import PortColumns, TraceWriter, prepare_output
 
 INTERVAL_NS = 1_000_000
 

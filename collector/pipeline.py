@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from collector.consumer import RingReader
-from collector.ring import Field, Ring
+from collector.ring import Field, Ring, RingReader
 from collector.sampler import Sampler, SamplerConfig, SamplerError, tuning_notes
 from collector.slow_poller import SlowPoller, SlowSnapshot
 from collector.sources.base import CounterSource, PortSpec, SlowSource

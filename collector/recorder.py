@@ -8,8 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.consumer import RingReader
-from collector.ring import Field
+from collector.ring import Field, RingReader
 from collector.sampler import Sampler, SamplerConfig, SamplerError, tuning_notes
 from collector.slow_poller import SlowPoller
 from collector.sources.base import CounterSource, SlowSource

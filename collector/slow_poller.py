@@ -155,7 +155,7 @@ class SlowPoller:
         with self._lock:
             recorded, self._recorded = self._recorded, []
         return [
-            SlowRow.of(poll.timestamp_ns + wall_offset_ns, reading, poll.rebaseline)
+            reading.as_trace_row(poll.timestamp_ns + wall_offset_ns, poll.rebaseline)
             for poll in recorded
             for reading in poll.readings
         ]

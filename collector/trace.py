@@ -25,7 +25,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from collector.sources.base import SlowReading
 from detectors.counters import CounterKind, CounterSpec
 
 SCHEMA = pa.schema(
@@ -134,19 +133,6 @@ class SlowRow:
     value: int
     spec: CounterSpec | None  # None: a gauge
     rebaseline: bool
-
-    @classmethod
-    def of(cls, timestamp_ns: int, reading: SlowReading, rebaseline: bool) -> SlowRow:
-        """A poller's reading as a trace row, stamped on the samples' wall clock."""
-        return cls(
-            timestamp_ns,
-            reading.device,
-            reading.port,
-            reading.name,
-            reading.value,
-            reading.counter,
-            rebaseline,
-        )
 
 
 def prepare_output(path: Path) -> None:

@@ -17,11 +17,11 @@ from burstscope.cli import main
 from collector.discovery import discover
 from collector.simulation.model import TrafficModel
 from collector.simulation.sysfs_writer import SysfsWriter
-from collector.simulation.tracegen import sample_times
 from collector.sources import SourceOptions, build_source
 from collector.sources.base import STATUS_OK, STATUS_REBASELINE, SampleRow, SourceError
 from collector.sources.infiniband import InfiniBandSource
 from collector.sources.sim import SimSource
+from collector.tracegen import sample_times
 from detectors.analyzer import analyze
 
 PROFILE_NAMES = ("moe", "dense", "idle-heavy")

@@ -13,8 +13,8 @@ from burstscope.cli import main
 from collector.simulation.congestion import XMIT_WAIT_PER_MS
 from collector.simulation.model import TrafficModel
 from collector.simulation.profiles import SECOND
-from collector.simulation.tracegen import FIXED_EPOCH_NS
 from collector.trace import read_slow
+from collector.tracegen import FIXED_EPOCH_NS
 
 WINDOW_NS = 15 * SECOND
 

@@ -17,8 +17,8 @@ from collector.sampler import parse_interval
 from collector.simulation.model import TrafficModel
 from collector.simulation.profiles import DEFAULT_PROFILE, PROFILES, profile_named
 from collector.simulation.sysfs_writer import SysfsWriter
-from collector.simulation.tracegen import FIXED_EPOCH_NS, simulate_trace
 from collector.trace import TraceError, TraceInfo, TraceWriter, prepare_output
+from collector.tracegen import FIXED_EPOCH_NS, simulate_trace
 
 
 def register(subparsers: Any) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from collector.discovery import DEFAULT_SYSFS_ROOT
+from collector.trace import SlowRow
 from detectors.counters import CounterSpec
 
 # Per-port status written beside every sample.
@@ -87,6 +88,12 @@ class SlowReading:
     name: str  # the kernel's name: symbol_error, port_xmit_wait, np_cnp_sent, rx_prio3_pause
     value: int
     counter: CounterSpec | None  # how it wraps; None for gauges (state, rate)
+
+    def as_trace_row(self, timestamp_ns: int, rebaseline: bool) -> SlowRow:
+        """This reading as a trace row, stamped on the samples' wall clock."""
+        return SlowRow(
+            timestamp_ns, self.device, self.port, self.name, self.value, self.counter, rebaseline
+        )
 
 
 class SlowSource(Protocol):

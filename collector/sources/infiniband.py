@@ -16,13 +16,13 @@ from collector.discovery import (
     InfiniBandPort,
     discover,
 )
-from collector.sources import rdma_netlink
 from collector.sources.base import PortSpec, SlowSource, SourceError, SourceOptions
 from collector.sources.ethtool import EthtoolSource
 from collector.sources.files import CounterFiles, FileCounterSource
 from collector.sources.hw_counters import HwCountersSysfsSource
 from collector.sources.port_counters import PortCounterSource
 from collector.sources.rdma_netlink import RdmaNetlinkSource
+from collector.sources.rdma_netlink import probe as netlink_probe
 
 _LOG = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class InfiniBandSource(FileCounterSource):
     def slow_sources(
         self,
         with_ethtool: bool = True,
-        probe: Callable[[Sequence[str]], str | None] = rdma_netlink.probe,
+        probe: Callable[[Sequence[str]], str | None] = netlink_probe,
     ) -> list[SlowSource]:
         """PortCounters, state and rate of every port; hw counters (RDMA netlink, else sysfs)
         of the Ethernet ports, including those without counters/; ethtool of each netdev."""
@@ -87,7 +87,7 @@ class InfiniBandSource(FileCounterSource):
 
 def choose_hw_counter_source(
     ports: Sequence[InfiniBandPort],
-    probe: Callable[[Sequence[str]], str | None] = rdma_netlink.probe,
+    probe: Callable[[Sequence[str]], str | None] = netlink_probe,
     logger: logging.Logger = _LOG,
 ) -> SlowSource:
     """RDMA netlink where the kernel offers it, sysfs hw_counters otherwise, said in one line."""

@@ -1,4 +1,4 @@
-"""Faster than real time: the samples a 1 ms sampler would have taken of the model, as a trace."""
+"""A simulated node as a trace, faster than real time: what recorder.py records, from the model."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ class _SlowPolls:
                 readings = sim_slow_readings(
                     port, float(cumulative[0][number, tick]), float(cumulative[1][number, tick])
                 )
-                found += [SlowRow.of(when, r, rebaseline=first + tick == 0) for r in readings]
+                found += [r.as_trace_row(when, rebaseline=first + tick == 0) for r in readings]
         return found
 
 
