@@ -26,7 +26,7 @@ test: setup system-packages
 
 # Each benchmark prints one JSON line (sampler: one per configuration) and compares
 # against a reference measured in the same run.
-BENCHMARKS ?= sampler detectors simulate demo exporter capture mqtt
+BENCHMARKS ?= sampler detection simulate demo exporter capture mqtt
 
 bench: setup
 	@for name in $(BENCHMARKS); do $(BIN)/python bench/$$name.py --json || exit 1; done
@@ -35,7 +35,8 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	@# One at a time: bench/detectors.py would shadow the detectors package in one run.
+	$(BIN)/lint-imports
+	@# One at a time: each benchmark is a script, not a module of one package.
 	@for file in bench/*.py; do $(BIN)/mypy $$file >/dev/null || { $(BIN)/mypy $$file; exit 1; }; done
 
 clean:

@@ -59,8 +59,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-# Run as a script, bench/ comes first on sys.path and bench/detectors.py would shadow the
-# detectors package (here and in the spawned sampler process, which inherits sys.path).
+# Run as a script: the repository root on sys.path, here and in the spawned sampler process.
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 

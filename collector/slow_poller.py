@@ -1,7 +1,7 @@
 """Polls the slow counter sources (errors, congestion, PFC) at <= 1 Hz in one background thread.
 
 This runs in the consumer process beside the exporter, never in the 1 ms sampler process:
-these reads are firmware commands on mlx5 (linux-counters.md s4) and a slow one must not
+these reads are firmware commands on mlx5 (drivers/infiniband/hw/mlx5/mad.c) and a slow one must not
 cost the sampler a tick. Counter arithmetic is detectors.counters.CounterTracker's.
 """
 

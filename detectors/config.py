@@ -25,7 +25,7 @@ DEFAULT_WINDOWS_NS = (
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
-    """Definitions from DESIGN.md, all configurable; utilizations are fractions of line rate."""
+    """The shared definitions, all configurable; utilizations are fractions of line rate."""
 
     burst: float = 0.5  # a burst is a run of samples above this (Zhang et al., IMC 2017)
     saturated: float = 0.9  # at or above this a sample counts as saturated

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from bench.exporter import CounterWriter, EmulatedNode, Load, free_port, running_agent
 from tests.conftest import require_binary
+from tests.emulated_node import CounterWriter, EmulatedNode, Load, free_port, running_agent
 
 pytestmark = pytest.mark.integration
 

@@ -37,7 +37,7 @@ def poll(source: PortCounterSource | HwCountersSysfsSource) -> list[SlowReading]
 @pytest.mark.parametrize(
     ("name", "width"),
     [
-        # drivers/infiniband/core/sysfs.c PORT_PMA_ATTR, linux-counters.md s2
+        # drivers/infiniband/core/sysfs.c PORT_PMA_ATTR
         ("symbol_error", 16),
         ("link_error_recovery", 8),
         ("link_downed", 8),

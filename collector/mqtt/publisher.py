@@ -1,11 +1,12 @@
 """The MQTT publisher: an async context manager that keeps a broker connection, drains the spool.
 
-aiomqtt style (STYLE.md item 9): ``async with MqttPublisher(...) as publisher`` starts the
-delivery loop in a TaskGroup with named tasks; ``publisher.spawn`` adds the caller's loops
-to the same group. Delivery is at-least-once and in order: the head of the spool is
-published at QoS 1 and removed only after the broker's PUBACK, one message at a time, so
-a broken connection resends from the first unacknowledged message and subscribers drop the
-duplicate by (host, run, seq). Reconnects use jittered, capped exponential backoff.
+In aiomqtt's own style (its Client is an async context manager): ``async with
+MqttPublisher(...) as publisher`` starts the delivery loop in a TaskGroup with named tasks;
+``publisher.spawn`` adds the caller's loops to the same group. Delivery is at-least-once and
+in order: the head of the spool is published at QoS 1 and removed only after the broker's
+PUBACK, one message at a time, so a broken connection resends from the first unacknowledged
+message and subscribers drop the duplicate by (host, run, seq). Reconnects use jittered,
+capped exponential backoff.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """How the simulated node's slow counters rise with saturation: one rule for every consumer.
 
-A millisecond at >= 90% of line rate is saturated (DESIGN.md); while saturated the port
-waits for credits (port_xmit_wait), the switch marks ECN on what it receives, the
-notification point answers with CNPs and the sender's reaction point handles them. The
-rates per saturated millisecond are plausible constants, not calibrated on hardware.
+A millisecond at >= 90% of line rate is saturated (detectors.config.Thresholds); while
+saturated the port waits for credits (port_xmit_wait), the switch marks ECN on what it
+receives, the notification point answers with CNPs and the sender's reaction point handles
+them. The rates per saturated millisecond are plausible constants, not calibrated on
+hardware.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ def congestion_counters(
     marked = int(receive_saturated_ms * ECN_MARKED_PER_MS)
     return {
         "port_xmit_wait": int(transmit_saturated_ms * XMIT_WAIT_PER_MS),
-        # 64-bit on mlx5 (QUERY_CONG_STATISTICS; linux-counters.md s3), like rp_cnp_handled.
+        # 64-bit on mlx5 (QUERY_CONG_STATISTICS, drivers/infiniband/hw/mlx5/counters.c),
+        # like rp_cnp_handled.
         "np_ecn_marked_roce_packets": marked,
         # The notification point sends at most one CNP per flow per interval: fewer
         # CNPs than marked packets.

@@ -36,7 +36,8 @@ from collector.simulation.workload import (
 
 FloatArray = npt.NDArray[np.float64]
 
-# A burst is a maximal run of on-wire time above this fraction of line rate (DESIGN.md).
+# A burst is a maximal run of on-wire time above this fraction of line rate (Zhang et al.,
+# IMC 2017).
 BURST_THRESHOLD = 0.5
 # Counters of a port that has been up for a while: a random start below 2**44 bytes.
 _INITIAL_BYTES = 1 << 44

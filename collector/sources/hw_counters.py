@@ -2,7 +2,7 @@
 
 Each file read may be a firmware query: the core caches values for ``lifespan`` (10 ms by
 default), but on mlx5 only the first file stamps the cache, so most per-file reads hit
-firmware (linux-counters.md s3, drivers/infiniband/core/sysfs.c update_hw_stats). Hence
+firmware (drivers/infiniband/core/sysfs.c update_hw_stats). Hence
 <= 1 Hz, and RDMA netlink (one request per port) is preferred where the kernel has it.
 """
 
@@ -16,12 +16,12 @@ from collector.sources.base import SlowReading
 from collector.sources.slow_files import SlowFile, SlowFiles
 from detectors.counters import RESETTING_64, WRAPPING_32, CounterSpec
 
-# How each hw counter ends its range (linux-counters.md s3, drivers/infiniband/hw/mlx5/
-# counters.c). mlx5 Q counters are 32-bit per counter set and wrap at 2**32 (DPDK commit
-# c5193a0bbef8 "net/mlx5: fix imissed counter overflow"). Congestion counters come from
-# QUERY_CONG_STATISTICS and PPCNT and are 64-bit: a decrease there means a reset. rxe
-# shares a few names (duplicate_request) with 64-bit values; at <= 1 Hz their increments
-# are far below 2**32, so reading them modulo 2**32 changes nothing but a reset.
+# How each hw counter ends its range (drivers/infiniband/hw/mlx5/counters.c). mlx5 Q
+# counters are 32-bit per counter set and wrap at 2**32 (DPDK commit c5193a0bbef8 "net/mlx5:
+# fix imissed counter overflow"). Congestion counters come from QUERY_CONG_STATISTICS and
+# PPCNT and are 64-bit: a decrease there means a reset. rxe shares a few names
+# (duplicate_request) with 64-bit values; at <= 1 Hz their increments are far below 2**32,
+# so reading them modulo 2**32 changes nothing but a reset.
 _MLX5_Q_COUNTERS = (
     "rx_write_requests",
     "rx_read_requests",

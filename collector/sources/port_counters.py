@@ -2,7 +2,7 @@
 
 On mlx5 every read here is a firmware command (PPCNT for PortCounters, PTYS for state and
 rate: drivers/infiniband/hw/mlx5/mad.c, main.c), so these are read at <= 1 Hz, never in
-the 1 ms sampler (linux-counters.md s4, design consequence 3).
+the 1 ms sampler.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ def _saturating(width_bits: int) -> CounterSpec:
     return CounterSpec(CounterKind.SATURATING, width_bits)
 
 
-# IBA PortCounters widths (drivers/infiniband/core/sysfs.c PORT_PMA_ATTR; linux-counters.md
-# s2). They stop at all-ones instead of wrapping (IBA 1.8 s16.1.3.5) until a PMA Set or
+# IBA PortCounters widths (drivers/infiniband/core/sysfs.c PORT_PMA_ATTR). They stop at
+# all-ones instead of wrapping (IBA 1.8 s16.1.3.5) until a PMA Set or
 # OpenSM's PerfMgr clears them, which reads as a decrease: a reset.
 PORT_COUNTER_SPECS: dict[str, CounterSpec] = {
     "symbol_error": _saturating(16),

@@ -1,4 +1,4 @@
-"""Detector and report throughput: ``python bench/detectors.py --json`` prints one JSON line.
+"""Detector and report throughput: ``python bench/detection.py --json`` prints one JSON line.
 
 - batch_samples_per_second: ``detectors.analyzer.analyze`` over >= 100 M samples, one core.
   Reference in the same run: the bare numpy arithmetic of utilization alone (two diffs and
