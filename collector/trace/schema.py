@@ -1,0 +1,128 @@
+"""The trace format: one row per sample and port, written as closed Parquet pieces.
+
+A trace is a directory of ``part-NNNNNN.parquet`` files (an Arrow/Parquet dataset that
+pyarrow, pandas, DuckDB and Spark read as one table), with the slow counters polled beside
+the samples in ``_slow/slow-NNNNNN.parquet``. Each piece is written to a hidden
+temporary name and renamed into place once its footer is on disk, so a crash or a kill
+loses at most the piece being filled (<= ``piece_seconds`` of samples) and every earlier
+piece stays readable. Every piece carries :class:`TraceInfo` (configured interval, source,
+host) in its Parquet key-value metadata, so a trace describes itself.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from detectors.counters import CounterSpec
+
+SCHEMA = pa.schema(
+    [
+        # Wall-clock ns of the read midpoint: CLOCK_MONOTONIC plus an offset fixed at start,
+        # so differences between rows are exact monotonic differences.
+        pa.field("timestamp_ns", pa.int64(), nullable=False),
+        pa.field("device", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("port", pa.int32(), nullable=False),
+        pa.field("xmit_bytes", pa.uint64(), nullable=False),  # cumulative, already x4
+        pa.field("rcv_bytes", pa.uint64(), nullable=False),
+        pa.field("read_ns", pa.int64(), nullable=False),  # duration of the port's reads
+        pa.field("line_rate_bytes_per_second", pa.int64(), nullable=False),  # 0 = unknown
+        # True on the first sample after a counter was (re)opened: no delta into it.
+        pa.field("rebaseline", pa.bool_(), nullable=False),
+    ]
+)
+PIECE_PREFIX = "part-"
+# The slow counters (errors, congestion, PFC, state, rate) polled at about 1 Hz beside the
+# samples: one row per counter and poll, in ``_slow/slow-NNNNNN.parquet`` pieces closed
+# together with the sample piece of the same number. The leading underscore keeps them out
+# of the samples when pyarrow, pandas or Spark read the trace directory as one table.
+SLOW_DIRECTORY = "_slow"
+SLOW_PREFIX = "slow-"
+SLOW_SCHEMA = pa.schema(
+    [
+        pa.field("timestamp_ns", pa.int64(), nullable=False),  # wall clock, poll midpoint
+        pa.field("device", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("port", pa.int32(), nullable=False),
+        pa.field("name", pa.dictionary(pa.int32(), pa.string()), nullable=False),  # kernel's
+        pa.field("value", pa.uint64(), nullable=False),
+        # How the counter ends its range: resetting, wrapping, saturating; "gauge" for
+        # state and rate, which are not counters.
+        pa.field("kind", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+        pa.field("width_bits", pa.int8(), nullable=False),
+        # True on the first poll after the source was (re)opened: no increment into it.
+        pa.field("rebaseline", pa.bool_(), nullable=False),
+    ]
+)
+GAUGE = "gauge"
+# Keys of the Parquet key-value metadata (file footer) that describe the trace.
+_INFO_KEYS = {
+    "interval_ns": b"burstscope.interval_ns",
+    "source": b"burstscope.source",
+    "host": b"burstscope.host",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TraceInfo:
+    """What a trace says about itself; None where it does not say (older traces, CSV)."""
+
+    interval_ns: int | None = None  # the configured sampling interval, not a measured one
+    source: str | None = None  # the source SPEC as given: sysfs, netdev:eth0, sim:moe
+    host: str | None = None  # the node that sampled it
+
+    @classmethod
+    def here(cls, interval_ns: int, source: str) -> TraceInfo:
+        """A trace sampled on this machine."""
+        return cls(interval_ns, source, socket.gethostname())
+
+    def metadata(self) -> dict[bytes, bytes]:
+        """As Parquet key-value metadata: only what is known."""
+        values = {"interval_ns": self.interval_ns, "source": self.source, "host": self.host}
+        return {_INFO_KEYS[k]: str(v).encode() for k, v in values.items() if v is not None}
+
+    @classmethod
+    def from_metadata(cls, metadata: dict[bytes, bytes] | None) -> TraceInfo:
+        """Read back; a value that does not parse counts as not said."""
+        found = {k: (metadata or {}).get(key) for k, key in _INFO_KEYS.items()}
+        text = {k: v.decode("utf-8", errors="replace") for k, v in found.items() if v}
+        interval = text.get("interval_ns", "")
+        return cls(
+            int(interval) if interval.isdigit() and int(interval) > 0 else None,
+            text.get("source"),
+            text.get("host"),
+        )
+
+
+class TraceError(Exception):
+    """A trace cannot be written or read; the message names the path and the problem."""
+
+
+@dataclass(frozen=True, slots=True)
+class PortColumns:
+    """Samples of one port in column form, ready to append."""
+
+    device: str
+    port: int
+    line_rate_bytes_per_second: int
+    timestamp_ns: npt.NDArray[np.int64]
+    xmit_bytes: npt.NDArray[np.uint64]
+    rcv_bytes: npt.NDArray[np.uint64]
+    read_ns: npt.NDArray[np.int64]
+    rebaseline: npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class SlowRow:
+    """One slow counter or gauge of one port at one poll, as recorded."""
+
+    timestamp_ns: int  # wall clock
+    device: str
+    port: int
+    name: str
+    value: int
+    spec: CounterSpec | None  # None: a gauge
+    rebaseline: bool

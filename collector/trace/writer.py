@@ -1,0 +1,168 @@
+"""Writing a trace: closed Parquet pieces of samples and slow counters, renamed into place."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from collector.trace.schema import (
+    GAUGE,
+    PIECE_PREFIX,
+    SCHEMA,
+    SLOW_DIRECTORY,
+    SLOW_PREFIX,
+    SLOW_SCHEMA,
+    PortColumns,
+    SlowRow,
+    TraceError,
+    TraceInfo,
+)
+
+
+def prepare_output(path: Path) -> None:
+    """Create the trace directory, or fail with one clear reason before any sampling starts."""
+    if path.exists() and not path.is_dir():
+        raise TraceError(f"output {str(path)!r} exists and is not a directory")
+    if path.is_dir() and any(path.iterdir()):
+        raise TraceError(f"output {str(path)!r} already exists and is not empty")
+    try:
+        path.mkdir(parents=False, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise TraceError(f"cannot write output {str(path)!r}: {exc.strerror}") from None
+
+
+class TraceWriter:
+    """Accumulates samples and closes a Parquet piece every ``piece_seconds`` of data."""
+
+    def __init__(
+        self, path: Path, piece_seconds: float = 5.0, info: TraceInfo | None = None
+    ) -> None:
+        self.path = path
+        self.piece_ns = int(piece_seconds * 1e9)
+        self.info = info or TraceInfo()
+        self.rows_written = 0
+        self.pieces_written = 0
+        self.slow_rows_written = 0
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_slow: list[SlowRow] = []
+        self._pending_start_ns: int | None = None
+        self._latest_ns: int | None = None
+
+    def append(self, ports: Sequence[PortColumns]) -> None:
+        batches = [_batch(p) for p in ports if len(p.timestamp_ns)]
+        if not batches:
+            return
+        first = min(int(p.timestamp_ns[0]) for p in ports if len(p.timestamp_ns))
+        last = max(int(p.timestamp_ns[-1]) for p in ports if len(p.timestamp_ns))
+        if self._pending_start_ns is None:
+            self._pending_start_ns = first
+        self._latest_ns = last if self._latest_ns is None else max(self._latest_ns, last)
+        self._pending.extend(batches)
+        if self._latest_ns - self._pending_start_ns >= self.piece_ns:
+            self.flush()
+
+    def append_slow(self, rows: Sequence[SlowRow]) -> None:
+        """Slow counter readings; they go out with the next sample piece."""
+        self._pending_slow.extend(rows)
+
+    def flush(self) -> None:
+        """Close the current piece (if it holds anything): it is readable from now on.
+
+        The slow rows go first, so a piece's samples never exist without its slow rows.
+        """
+        if not self._pending:
+            return
+        number = self.pieces_written
+        self._flush_slow()
+        table = pa.Table.from_batches(self._pending, schema=SCHEMA).sort_by(
+            [("timestamp_ns", "ascending")]
+        )
+        self._write(table, f"{PIECE_PREFIX}{number:06d}.parquet")
+        self.rows_written += table.num_rows
+        self.pieces_written += 1
+        self._pending = []
+        self._pending_start_ns = None
+
+    def _flush_slow(self) -> None:
+        if self._pending_slow:
+            slow = _slow_table(self._pending_slow).sort_by([("timestamp_ns", "ascending")])
+            directory = self.path / SLOW_DIRECTORY
+            try:
+                directory.mkdir(exist_ok=True)
+            except OSError as exc:
+                raise TraceError(f"cannot write {str(directory)!r}: {exc.strerror}") from None
+            self._write(slow, f"{SLOW_DIRECTORY}/{SLOW_PREFIX}{self.pieces_written:06d}.parquet")
+            self.slow_rows_written += slow.num_rows
+            self._pending_slow = []
+
+    def _write(self, table: pa.Table, name: str) -> None:
+        final = self.path / name
+        temporary = final.with_name(f".{final.name}.tmp")
+        metadata = self.info.metadata()
+        if metadata:
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+        try:
+            pq.write_table(table, temporary, compression="zstd")
+            os.replace(temporary, final)
+        except OSError as exc:
+            raise TraceError(f"cannot write {str(final)!r}: {exc.strerror}") from None
+
+    def close(self) -> None:
+        self.flush()
+        self._flush_slow()  # polls after the last sample: their own piece, same number
+
+
+def _batch(port: PortColumns) -> pa.RecordBatch:
+    count = len(port.timestamp_ns)
+    device = pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(count, dtype=np.int32)), pa.array([port.device])
+    )
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(port.timestamp_ns, type=pa.int64()),
+            device,
+            pa.array(np.full(count, port.port, dtype=np.int32)),
+            pa.array(port.xmit_bytes, type=pa.uint64()),
+            pa.array(port.rcv_bytes, type=pa.uint64()),
+            pa.array(port.read_ns, type=pa.int64()),
+            pa.array(np.full(count, port.line_rate_bytes_per_second, dtype=np.int64)),
+            pa.array(port.rebaseline, type=pa.bool_()),
+        ],
+        schema=SCHEMA,
+    )
+
+
+def _slow_table(rows: Sequence[SlowRow]) -> pa.Table:
+    def dictionary(values: list[str], index: pa.DataType) -> pa.DictionaryArray:
+        return (
+            pa.array(values, type=pa.string())
+            .dictionary_encode()
+            .cast(pa.dictionary(index, pa.string()))
+        )
+
+    return pa.Table.from_arrays(
+        [
+            pa.array([r.timestamp_ns for r in rows], type=pa.int64()),
+            dictionary([r.device for r in rows], pa.int32()),
+            pa.array([r.port for r in rows], type=pa.int32()),
+            dictionary([r.name for r in rows], pa.int32()),
+            pa.array([r.value for r in rows], type=pa.uint64()),
+            dictionary([GAUGE if r.spec is None else r.spec.kind.value for r in rows], pa.int8()),
+            pa.array([0 if r.spec is None else r.spec.width_bits for r in rows], type=pa.int8()),
+            pa.array([r.rebaseline for r in rows], type=pa.bool_()),
+        ],
+        schema=SLOW_SCHEMA,
+    )
+
+
+# --- Reading traces -------------------------------------------------------------------
+# A trace is read piece by piece (Parquet) or block by block (CSV) and handed out as runs
+# of one port's samples, so a report over hours of 1 kHz samples holds one piece at a time.
