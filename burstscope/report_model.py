@@ -24,7 +24,7 @@ from collector.trace import (
 )
 from detectors.analyzer import Chunk, DirectionAnalyzer, Summary
 from detectors.bursts import Bursts
-from detectors.config import NS_PER_SECOND, Thresholds, nominal_interval_ns, scale_key
+from detectors.config import DIRECTIONS, NS_PER_SECOND, Thresholds, nominal_interval_ns, scale_key
 from detectors.congestion import CongestionShare, congestion_direction, congestion_share
 from detectors.scales import peak_envelope
 from detectors.synchrony import Synchrony, synchrony
@@ -37,7 +37,6 @@ INTERVAL_PROBE = 64
 PLOT_BUCKET_NS = NS_PER_SECOND
 ZOOM_NS = 2 * NS_PER_SECOND
 ZOOM_LEAD_NS = 100_000_000
-DIRECTIONS = ("transmit", "receive")
 
 
 def _empty_int() -> npt.NDArray[np.int64]:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from rich.table import Table
 from rich.text import Text
 
-from collector.pipeline import DIRECTIONS, Snapshot
+from collector.pipeline import Snapshot
+from detectors.config import DIRECTIONS
 
 WINDOW_NS = 15_000_000_000
 SPARK_SECONDS = 30

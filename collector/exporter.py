@@ -21,8 +21,9 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from collector.pipeline import DIRECTIONS, TIMING_BUCKETS_SECONDS, Snapshot
+from collector.pipeline import TIMING_BUCKETS_SECONDS, Snapshot
 from collector.slow_poller import READ_BUCKETS_SECONDS, CounterState
+from detectors.config import DIRECTIONS
 from detectors.live import BURST_DURATION_BUCKETS_SECONDS, UTILIZATION_BUCKETS
 
 PEAK_WINDOWS = (("15s", 15_000_000_000), ("60s", 60_000_000_000))

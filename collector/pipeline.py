@@ -28,12 +28,11 @@ from collector.sources.base import CounterSource, PortSpec, SlowSource
 from collector.trace import TraceWriter
 from detectors.analyzer import DirectionAnalyzer
 from detectors.bursts import Bursts
-from detectors.config import Thresholds
+from detectors.config import DIRECTIONS, Thresholds
 from detectors.distributions import utilization_quantile
 from detectors.live import LiveDirection, cumulative_counts
 
 _LOG = logging.getLogger(__name__)
-DIRECTIONS = ("transmit", "receive")
 DRAIN_SECONDS = 0.1
 # Sampler lateness and read durations, in seconds: 1 us .. 10 ms.
 TIMING_BUCKETS_SECONDS = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2)

@@ -9,6 +9,8 @@ import numpy as np
 import numpy.typing as npt
 
 NS_PER_SECOND = 1_000_000_000
+# A port direction: what it sent (counters/port_xmit_data), what it received (port_rcv_data).
+DIRECTIONS = ("transmit", "receive")
 NS_PER_MICROSECOND = 1_000
 
 # The windows of the contrast: 1 ms up to the 15 s a Prometheus scrape sees. Each is a
