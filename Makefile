@@ -1,37 +1,48 @@
-# One way to run things. Every target creates .venv on first use.
+# One way to run things. Every target creates .venv on first use: `make demo` installs only
+# what the demo needs; setup, test, bench and lint install every extra.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
+DEMO_STAMP := $(VENV)/.installed-demo
+ALL_STAMP  := $(VENV)/.installed-all
 DEMO_ARGS ?= --duration 30
 
 .PHONY: setup demo test bench lint system-packages clean
 
-setup: $(STAMP)
+setup: $(ALL_STAMP)
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[all]'
-	touch $(STAMP)
 
-demo: setup
+$(ALL_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[all]'
+	touch $@ $(DEMO_STAMP)
+
+# The package and its four runtime dependencies, nothing for tests, lint or plots.
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	touch $@
+
+demo: $(DEMO_STAMP)
 	$(BIN)/burstscope demo $(DEMO_ARGS)
+	@echo
+	@echo "burstscope is installed in $(abspath $(BIN))/burstscope; for a shell where"
+	@echo "plain 'burstscope' works: . $(abspath $(BIN))/activate"
 
 system-packages:
 	@bash scripts/install-system-packages.sh
 
-test: setup system-packages
+test: $(ALL_STAMP) system-packages
 	$(BIN)/python -m pytest -q
 
 # Each benchmark prints one JSON line (sampler: one per configuration) and compares
 # against a reference measured in the same run.
 BENCHMARKS ?= sampler detection simulate demo exporter capture mqtt
 
-bench: setup
+bench: $(ALL_STAMP)
 	@for name in $(BENCHMARKS); do $(BIN)/python bench/$$name.py --json || exit 1; done
 
-lint: setup
+lint: $(ALL_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

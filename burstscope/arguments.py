@@ -27,7 +27,7 @@ def add_source_arguments(parser: argparse.ArgumentParser, defaults: bool = True)
         "--source",
         default="sysfs" if defaults else None,
         metavar="SPEC",
-        help="sysfs (every discovered port, default), netdev:IF[,IF...], sim[:PROFILE], "
+        help="sysfs (every discovered port, default), netdev:IF[,IF...], sim[:PROFILE[:SEED]], "
         "replay:PATH",
     )
     add_port_selection(parser, defaults)

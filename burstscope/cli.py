@@ -1,4 +1,8 @@
-"""The ``burstscope`` command: one sub-command per module in burstscope/commands."""
+"""The ``burstscope`` command: one sub-command per module in burstscope/commands.
+
+Only the module of the command being run is imported (numpy and pyarrow take most of a
+second to load), so ``burstscope --version`` and ``burstscope -h`` start at once.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +14,30 @@ from collections.abc import Sequence
 from burstscope import __version__
 from burstscope.errors import UsageError
 
-# Adding a command touches its module and this line.
-COMMANDS = ("discover", "record", "report", "agent", "simulate", "top", "demo", "events", "capture")
+# Adding a command touches its module (which defines ``register(parser)`` and sets
+# ``func``) and this table: name and the one line ``burstscope -h`` shows.
+COMMANDS = {
+    "discover": "list InfiniBand and RoCE ports",
+    "record": "record a source into a Parquet trace",
+    "report": "millisecond bursts beside 15-second averages, from a trace or CSV",
+    "agent": "sample continuously and serve Prometheus metrics",
+    "simulate": "simulate a GPU node's NICs: write a trace (-o) or a live sysfs tree (--sysfs)",
+    "top": "live view of every port's bursts",
+    "demo": "run the simulated GPU node through the agent and report on it",
+    "events": "show the fleet's burst and link events from an MQTT broker",
+    "capture": "RoCEv2 packets per QP and traffic class, CNP/ECN, coflow collisions",
+    "install-files": "copy the dashboards, alert rules and systemd unit to a directory",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The command named on the command line (the first word that is not an option)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(load: str | None = "*") -> argparse.ArgumentParser:
+    """The parser, with the real arguments of the command ``load`` ("*": every command;
+    None: none, which is enough for --version and the summary of -h)."""
     parser = argparse.ArgumentParser(
         prog="burstscope",
         description="Millisecond InfiniBand and RoCE port telemetry: "
@@ -22,15 +45,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"burstscope {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
-        module = importlib.import_module(f"burstscope.commands.{name}")
-        module.register(subparsers)
+    for name, summary in COMMANDS.items():
+        sub = subparsers.add_parser(name, help=summary, description=summary)
+        if load in ("*", name):
+            module = importlib.import_module(f"burstscope.commands.{name.replace('-', '_')}")
+            module.register(sub)
+            sub.set_defaults(parser=sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # --version, -h or no command need no command's module: the summary table is enough.
+    parser = build_parser(_chosen(words))
+    args, unknown = parser.parse_known_args(words)
+    if unknown:
+        # A mistyped flag: the command's own usage, not the top-level one.
+        getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         status: int = args.func(args)
     except UsageError as exc:

@@ -1,1 +1,1 @@
-"""Sub-commands: each module exposes register(subparsers)."""
+"""Sub-commands: each module exposes register(parser), filling its own sub-parser."""

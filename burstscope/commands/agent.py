@@ -14,8 +14,7 @@ from collector.logging_journal import LEVELS
 from collector.mqtt import add_mqtt_arguments
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("agent", help="sample continuously and serve Prometheus metrics")
+def register(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser, defaults=False)
     add_agent_arguments(parser)
     parser.add_argument(

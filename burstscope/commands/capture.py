@@ -17,13 +17,11 @@ from collector.capture.pcap import PcapError, parse_pcap, read_pcap
 from detectors.packets import Analysis, GroupStats
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "capture",
-        help="RoCEv2 packets per QP and traffic class, CNP/ECN, coflow collisions",
-        description="Decode RoCEv2 (UDP 4791 + BTH) from a pcap file or a live interface "
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Decode RoCEv2 (UDP 4791 + BTH) from a pcap file or a live interface "
         "(AF_PACKET, needs CAP_NET_RAW). Coflow mapping format: see collector/capture/"
-        "coflows.py (lines of `qp=N|dscp=N EP|PP|DP MICRO-BATCH LAYER`).",
+        "coflows.py (lines of `qp=N|dscp=N EP|PP|DP MICRO-BATCH LAYER`)."
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--interface", metavar="IF", help="capture live on this interface")

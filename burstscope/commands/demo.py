@@ -13,8 +13,8 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
+from burstscope import invocation
 from burstscope.agent import Agent, AgentSettings, trace_info
 from burstscope.errors import UsageError
 from burstscope.live_view import stop_on_signals, watch
@@ -31,10 +31,7 @@ from collector.trace import TraceError, TraceWriter, prepare_output
 from detectors.config import Thresholds
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "demo", help="run the simulated GPU node through the agent and report on it"
-    )
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
     parser.add_argument(
         "--profile",
@@ -106,5 +103,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(to_json(report), indent=2))
     else:
         print_table(report)
-        print(f"\nThe run's trace: {path} (burstscope report {path} --plot run.png)")
+        program = invocation.command()
+        print(f"\nThe run's trace: {path}\nReport on it again: {program} report {path}")
+        if invocation.plot_available():
+            print(f"With a figure: {program} report {path} --plot run.png")
+        else:
+            pip = Path(sys.executable).with_name("pip")
+            print(f"With a figure: {pip} install matplotlib, then add --plot run.png")
     return 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -20,8 +19,7 @@ from collector.discovery import (
 )
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("discover", help="list InfiniBand and RoCE ports")
+def register(parser: argparse.ArgumentParser) -> None:
     add_port_selection(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(func=run)

@@ -27,10 +27,7 @@ REFRESH_PER_SECOND = 4  # the table redraws at most this often, however fast eve
 ROWS = 30
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "events", help="show the fleet's burst and link events from an MQTT broker"
-    )
+def register(parser: argparse.ArgumentParser) -> None:
     add_connection_arguments(parser, required=True)
     parser.add_argument("--host", metavar="H", help="only events from this node")
     parser.add_argument(

@@ -7,7 +7,6 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from burstscope.arguments import add_source_arguments, sampler_config_from_args, source_from_args
 from burstscope.errors import UsageError
@@ -17,8 +16,7 @@ from collector.sampler import SamplerError
 from collector.trace import TraceError, prepare_output
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("record", help="record a source into a Parquet trace")
+def register(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
     parser.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
     parser.add_argument("-o", "--output", required=True, metavar="PATH", help="trace directory")

@@ -13,16 +13,14 @@ from burstscope.report_view import print_table, to_json
 from detectors.config import Thresholds
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "report",
-        help="millisecond bursts beside 15-second averages, from a trace or CSV",
-        description="Analyse Parquet traces written by `burstscope record` (a directory of "
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Analyse Parquet traces written by `burstscope record` (a directory of "
         "part-*.parquet pieces, or one .parquet file) or CSV files with the header "
         "timestamp_ns,device,port,xmit_bytes,rcv_bytes (cumulative byte counters; optional "
         "line_rate_bytes_per_second and rebaseline columns). A recorded trace's _slow/ "
         "pieces (congestion counters at 1 Hz) add the share of congestion that fell in "
-        "saturated seconds.",
+        "saturated seconds."
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", type=Path, help="trace or CSV")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -10,7 +10,6 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from burstscope.errors import UsageError
 from collector.sampler import parse_interval
@@ -21,11 +20,7 @@ from collector.trace import TraceError, TraceInfo, TraceWriter, prepare_output
 from collector.tracegen import FIXED_EPOCH_NS, simulate_trace
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "simulate",
-        help="simulate a GPU node's NICs: write a trace (-o) or a live sysfs tree (--sysfs)",
-    )
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--profile",
         default=DEFAULT_PROFILE,

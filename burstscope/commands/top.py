@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from burstscope.agent import settings_from_args
 from burstscope.arguments import add_source_arguments
@@ -11,8 +10,7 @@ from burstscope.errors import UsageError
 from burstscope.live_view import watch_source
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("top", help="live view of every port's bursts")
+def register(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser, defaults=False)
     parser.add_argument("--config", metavar="FILE", help="agent configuration (TOML)")
     parser.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")

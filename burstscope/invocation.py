@@ -1,0 +1,26 @@
+"""How the user started this program, so printed hints can be pasted back as they are."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+
+def command() -> str:
+    """``burstscope`` when that is on PATH and is this program; otherwise its full path, or
+    ``python -m burstscope`` as it was run (a fresh shell has no activated virtualenv)."""
+    script = os.path.abspath(sys.argv[0])
+    on_path = shutil.which("burstscope")
+    if on_path is not None and os.path.abspath(on_path) == script:
+        return "burstscope"
+    if os.path.basename(script) == "burstscope" and os.access(script, os.X_OK):
+        return script
+    return f"{sys.executable} -m burstscope"
+
+
+def plot_available() -> bool:
+    """Whether ``report --plot`` can run: matplotlib is the optional ``plot`` extra."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
