@@ -75,3 +75,25 @@ def sampler_config_from_args(args: argparse.Namespace) -> SamplerConfig:
         return SamplerConfig(interval_ns=parse_interval(args.interval))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+# Not a terminal (a log, a pipe): one line per port direction this often, by default.
+PLAIN_EVERY_SECONDS = 5.0
+
+
+def add_every_argument(parser: argparse.ArgumentParser) -> None:
+    """``--every``: how often ``top`` and ``demo`` print plain lines when not on a terminal."""
+    parser.add_argument(
+        "--every",
+        type=float,
+        default=PLAIN_EVERY_SECONDS,
+        metavar="SECONDS",
+        help="when stdout is not a terminal: one line per port direction this often "
+        f"(default {PLAIN_EVERY_SECONDS:g})",
+    )
+
+
+def check_every(seconds: float) -> float:
+    if not 0.1 <= seconds <= 3600:
+        raise UsageError(f"--every {seconds:g} must be between 0.1 and 3600 seconds")
+    return seconds

@@ -17,15 +17,16 @@ from typing import TextIO
 
 from rich.console import Console
 from rich.live import Live
+from rich.table import Table
 
 from burstscope.agent import AgentSettings
+from burstscope.arguments import PLAIN_EVERY_SECONDS
 from burstscope.errors import UsageError
 from burstscope.top_view import plain_lines, table
 from collector.pipeline import Pipeline, Snapshot
 from collector.sampler import SamplerError
 
-REFRESH_PER_SECOND = 4  # at most 10 a second; 4 reads comfortably and costs little
-PLAIN_EVERY_SECONDS = 1.0
+REFRESH_PER_SECOND = 4  # reads comfortably and costs little
 
 
 @contextlib.contextmanager
@@ -59,6 +60,7 @@ def watch(
     duration_seconds: float | None = None,
     title: str = "burstscope top",
     console: Console | None = None,
+    every_seconds: float = PLAIN_EVERY_SECONDS,
 ) -> None:
     """Show the view until q, Ctrl-C (sets ``stop``), or the duration runs out."""
     deadline = None if duration_seconds is None else time.monotonic() + duration_seconds
@@ -67,25 +69,29 @@ def watch(
         return not stop.is_set() and (deadline is None or time.monotonic() < deadline)
 
     if not sys.stdout.isatty():
+        every_ns = round(every_seconds * 1e9)
         while running():
             stop.wait(
-                PLAIN_EVERY_SECONDS
+                every_seconds
                 if deadline is None
-                else min(PLAIN_EVERY_SECONDS, max(deadline - time.monotonic(), 0))
+                else min(every_seconds, max(deadline - time.monotonic(), 0))
             )
-            print("\n".join(plain_lines(snapshot())), flush=True)
+            print("\n".join(plain_lines(snapshot(), every_ns)), flush=True)
         return
     console = console or Console()
+    refresh_ns = 1_000_000_000 // REFRESH_PER_SECOND
+
+    def view() -> Table:
+        return table(snapshot(), title, width=console.width, now_window_ns=refresh_ns)
+
     with (
         keypresses(sys.stdin) as key,
-        Live(
-            table(snapshot(), title), console=console, refresh_per_second=REFRESH_PER_SECOND
-        ) as live,
+        Live(view(), console=console, refresh_per_second=REFRESH_PER_SECOND) as live,
     ):
         while running():
             if key(1 / REFRESH_PER_SECOND) in ("q", "Q"):
                 break
-            live.update(table(snapshot(), title))
+            live.update(view())
 
 
 def stop_on_signals() -> threading.Event:
@@ -99,7 +105,11 @@ def stop_on_signals() -> threading.Event:
     return stop
 
 
-def watch_source(settings: AgentSettings, duration_seconds: float | None) -> None:
+def watch_source(
+    settings: AgentSettings,
+    duration_seconds: float | None,
+    every_seconds: float = PLAIN_EVERY_SECONDS,
+) -> None:
     """Sample the settings' source in a pipeline of its own and show it (no server)."""
     pipeline = Pipeline(
         settings.source,
@@ -114,6 +124,6 @@ def watch_source(settings: AgentSettings, duration_seconds: float | None) -> Non
     except SamplerError as exc:
         raise UsageError(f"sampler failed to start: {exc}") from None
     try:
-        watch(pipeline.snapshot, stop, duration_seconds)
+        watch(pipeline.snapshot, stop, duration_seconds, every_seconds=every_seconds)
     finally:
         pipeline.close()

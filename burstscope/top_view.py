@@ -1,16 +1,21 @@
 """The live terminal view: every port's millisecond peak beside its 15-second average.
 
 Rendering only: the figures come from the pipeline's snapshot (detectors computed them),
-and this module turns them into a rich table, or into plain lines when stdout is not a
-terminal. Rows are sorted by hidden saturation, then by the 15 s peak: what an operator
-most needs to see is what the 15 s dashboards cannot show.
+and this module turns them into a rich table that fits the terminal, or into plain lines
+when stdout is not a terminal. Rows are sorted by hidden saturation, then by the 15 s
+peak: what an operator most needs to see is what the 15 s dashboards cannot show. Every
+column header names its window: "15 s" (trailing), "run" (since the view started), or the
+display interval for "now".
 """
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -33,7 +38,7 @@ class Row:
     port: str
     direction: str
     line_rate_bytes_per_second: int
-    now: float | None
+    now: float | None  # peak of the last display interval
     average: float | None
     peak: float | None
     p99: float | None
@@ -43,9 +48,10 @@ class Row:
     history: list[float]
     ecn_marked: int | None  # since the agent started
     cnp: int | None
+    seen_ns: int  # how much of the 15 s window has samples
 
 
-def rows(snapshot: Snapshot) -> list[Row]:
+def rows(snapshot: Snapshot, now_window_ns: int) -> list[Row]:
     now = snapshot.now_ns
     ecn: dict[tuple[str, int], int] = {}
     cnp: dict[tuple[str, int], int] = {}
@@ -69,7 +75,7 @@ def rows(snapshot: Snapshot) -> list[Row]:
                     port=f"{port.spec.device}/{port.spec.port}",
                     direction=direction,
                     line_rate_bytes_per_second=port.spec.line_rate_bytes_per_second,
-                    now=live.latest_utilization,
+                    now=live.peak(now_window_ns, now),
                     average=live.mean(WINDOW_NS, now),
                     peak=live.peak(WINDOW_NS, now),
                     p99=view.p99,
@@ -79,6 +85,7 @@ def rows(snapshot: Snapshot) -> list[Row]:
                     history=live.history(SPARK_SECONDS, now),
                     ecn_marked=ecn.get(key),
                     cnp=cnp.get(key),
+                    seen_ns=live.seen_ns(WINDOW_NS, now),
                 )
             )
     out.sort(key=lambda r: (-r.hidden_seconds, -(r.peak or 0.0), r.port, r.direction))
@@ -113,62 +120,133 @@ def _style(value: float | None) -> str:
     return ""
 
 
-def table(snapshot: Snapshot, title: str = "burstscope top") -> Table:
-    health = snapshot.health
-    caption = (
-        f"source {snapshot.source} · {health.interval_ns / 1e6:g} ms · ticks {health.ticks} "
-        f"· missed {health.missed_ticks} · "
-        f"{'SCHED_FIFO' if health.realtime else 'normal scheduling'} · q or Ctrl-C quits"
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s"
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    header: str  # two lines: what, then its window
+    justify: str
+    priority: int  # narrow terminals drop the highest first; 0 is never dropped
+    width: int  # at least this wide, so the layout holds still while values change
+    cell: Callable[[Row], Text | str]
+
+
+def _ecn_cnp(row: Row) -> str:
+    if row.ecn_marked is None and row.cnp is None:
+        return "-"
+    return f"{count(row.ecn_marked)} / {count(row.cnp)}"
+
+
+def _columns(now_label: str) -> tuple[Column, ...]:
+    def styled(value: float | None) -> Text:
+        return Text(percent(value), _style(value))
+
+    return (
+        Column("port\n", "left", 0, 8, lambda r: r.port),
+        Column("dir\n", "left", 0, 3, lambda r: "tx" if r.direction == "transmit" else "rx"),
+        Column("avg\n15 s", "right", 0, 4, lambda r: styled(r.average)),
+        Column("1-ms peak\n15 s", "right", 0, 9, lambda r: styled(r.peak)),
+        Column(
+            "hidden sat.\nrun",
+            "right",
+            0,
+            11,
+            lambda r: Text(_seconds(r.hidden_seconds), "bold red" if r.hidden_seconds else ""),
+        ),
+        Column(f"peak\n{now_label}", "right", 1, 6, lambda r: styled(r.now)),
+        Column("bursts/s\n15 s", "right", 2, 8, lambda r: f"{r.bursts_per_second:.1f}"),
+        Column("saturated\nrun", "right", 3, 9, lambda r: _seconds(r.saturated_seconds)),
+        Column("p99\nrun", "right", 4, 4, lambda r: percent(r.p99)),
+        Column(
+            "line rate\n",
+            "right",
+            5,
+            9,
+            lambda r: f"{r.line_rate_bytes_per_second * 8 / 1e9:g} Gb/s",
+        ),
+        Column("ECN / CNP\nrun", "right", 6, 13, _ecn_cnp),
+        Column(
+            f"peak per second\nlast {SPARK_SECONDS} s",
+            "left",
+            7,
+            SPARK_SECONDS,
+            lambda r: Text(sparkline(r.history), style="cyan"),
+        ),
     )
-    view = Table(title=title, caption=caption, expand=False)
-    for name, justify in (
-        ("port", "left"),
-        ("dir", "left"),
-        ("line rate", "right"),
-        ("1 ms now", "right"),
-        ("15 s avg", "right"),
-        ("1 ms peak 15 s", "right"),
-        ("p99", "right"),
-        ("saturated", "right"),
-        ("hidden", "right"),
-        ("bursts/s", "right"),
-        (f"peak per second, last {SPARK_SECONDS} s", "left"),
-        ("ECN / CNP", "right"),
-    ):
-        view.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for row in rows(snapshot):
-        view.add_row(
-            row.port,
-            "tx" if row.direction == "transmit" else "rx",
-            f"{row.line_rate_bytes_per_second * 8 / 1e9:g} Gb/s",
-            Text(percent(row.now), style=_style(row.now)),
-            Text(percent(row.average), style=_style(row.average)),
-            Text(percent(row.peak), style=_style(row.peak)),
-            percent(row.p99),
-            f"{row.saturated_seconds:.1f} s",
-            Text(f"{row.hidden_seconds:.1f} s", style="bold red" if row.hidden_seconds else ""),
-            f"{row.bursts_per_second:.1f}",
-            Text(sparkline(row.history), style="cyan"),
-            "-"
-            if row.ecn_marked is None and row.cnp is None
-            else f"{count(row.ecn_marked)} / {count(row.cnp)}",
-        )
-    return view
 
 
-def plain_lines(snapshot: Snapshot) -> list[str]:
-    """The same figures, one line per port direction, for logs and pipes."""
+def _interval_label(interval_ns: int) -> str:
+    seconds = interval_ns / 1e9
+    return f"{seconds:g} s" if seconds >= 1 else f"{seconds * 1000:g} ms"
+
+
+def table(
+    snapshot: Snapshot,
+    title: str = "burstscope top",
+    width: int | None = None,
+    now_window_ns: int = 250_000_000,
+) -> Table:
+    """The view, with the columns that fit in ``width`` (None: all of them)."""
+    health = snapshot.health
+    found = rows(snapshot, now_window_ns)
+    columns = list(_columns(_interval_label(now_window_ns)))
+    partial = min((r.seen_ns for r in found), default=WINDOW_NS)
+    notes = [
+        f"{snapshot.source}",
+        f"{health.interval_ns / 1e6:g} ms",
+        f"ticks {health.ticks}",
+        f"missed {health.missed_ticks}",
+        "SCHED_FIFO" if health.realtime else "normal scheduling",
+    ]
+    if partial < WINDOW_NS:
+        notes.append(f"15 s figures over the first {partial / 1e9:.0f} s")
+    notes.append("q quits")
+
+    def build(chosen: list[Column]) -> Table:
+        # No outer border: 18 rows, two header lines and the caption fit 24 terminal lines.
+        view = Table(title=title, caption=" · ".join(notes), expand=False, show_edge=False)
+        for column in chosen:
+            view.add_column(
+                column.header,
+                justify=column.justify,  # type: ignore[arg-type]
+                no_wrap=True,
+                min_width=column.width,
+            )
+        for row in found:
+            view.add_row(*(column.cell(row) for column in chosen))
+        return view
+
+    view = build(columns)
+    if width is None:
+        return view
+    measure = Console(width=10_000)
+    while True:
+        needed = Measurement.get(measure, measure.options, view).maximum
+        droppable = [c for c in columns if c.priority > 0]
+        if needed <= width or not droppable:
+            return view
+        columns.remove(max(droppable, key=lambda c: c.priority))
+        view = build(columns)
+
+
+def plain_lines(snapshot: Snapshot, every_ns: int) -> list[str]:
+    """The same figures, one line per port direction, for logs and pipes; "peak" covers the
+    ``every_ns`` since the previous lines."""
     stamp = datetime.datetime.fromtimestamp(snapshot.now_ns / 1e9, datetime.UTC)
     clock = stamp.strftime("%H:%M:%S")
+    label = _interval_label(every_ns).replace(" ", "")
     return [
-        f"{clock} {row.port} {row.direction} now={percent(row.now)} "
-        f"avg15s={percent(row.average)} peak15s={percent(row.peak)} p99={percent(row.p99)} "
-        f"saturated={row.saturated_seconds:.1f}s hidden={row.hidden_seconds:.1f}s "
-        f"bursts/s={row.bursts_per_second:.1f}"
+        f"{clock} {row.port} {row.direction} peak{label}={percent(row.now)} "
+        f"avg15s={percent(row.average)} peak15s={percent(row.peak)} "
+        f"bursts/s15s={row.bursts_per_second:.1f} hidden_run={row.hidden_seconds:.1f}s "
+        f"saturated_run={row.saturated_seconds:.1f}s p99_run={percent(row.p99)}"
         + (
             ""
             if row.ecn_marked is None and row.cnp is None
-            else f" ecn={count(row.ecn_marked)} cnp={count(row.cnp)}"
+            else f" ecn_run={count(row.ecn_marked)} cnp_run={count(row.cnp)}"
         )
-        for row in rows(snapshot)
+        + ("" if row.seen_ns >= WINDOW_NS else f" (15s over first {row.seen_ns / 1e9:.0f}s)")
+        for row in rows(snapshot, every_ns)
     ]

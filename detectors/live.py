@@ -51,6 +51,7 @@ class LiveDirection:
     burst_duration_buckets: npt.NDArray[np.int64] = field(
         default_factory=lambda: np.zeros(len(BURST_DURATION_BUCKETS_SECONDS) + 1, dtype=np.int64)
     )
+    first_ns: int | None = None  # the first sample: trailing windows are partial before
     latest_ns: int | None = None
     latest_utilization: float | None = None
     # (slot start ns, max utilization in the slot) for the last HISTORY_NS.
@@ -70,6 +71,8 @@ class LiveDirection:
             self.latest_utilization = float(utilization[-1])
             self._add_slots(chunk.timestamp_ns[valid], utilization)
         if chunk.timestamp_ns.size:
+            if self.first_ns is None:
+                self.first_ns = int(chunk.timestamp_ns[0])
             self.latest_ns = int(chunk.timestamp_ns[-1])
         bursts = chunk.bursts
         if len(bursts):
@@ -146,8 +149,15 @@ class LiveDirection:
                 out[index] = max(out[index], peak)
         return out
 
+    def seen_ns(self, window_ns: int, now_ns: int) -> int:
+        """How much of the trailing window has samples: less than it only at the start."""
+        if self.first_ns is None:
+            return 0
+        return max(0, min(window_ns, now_ns - self.first_ns))
+
     def burst_rate(self, window_ns: int, now_ns: int) -> float:
-        """Bursts per second that ended in the trailing window (whole seconds)."""
+        """Bursts per second that ended in the trailing window (whole seconds), over the
+        part of it seen so far (at least a second), so a young view does not read low."""
         first = (now_ns - window_ns) // 1_000_000_000
         ended = sum(count for second, count in self.burst_ends if second > first)
-        return ended / (window_ns / 1e9)
+        return ended / max(self.seen_ns(window_ns, now_ns) / 1e9, 1.0)

@@ -93,13 +93,19 @@ def test_demo_bad_input(args: list[str], fragment: str) -> None:
 
 
 def test_top_prints_plain_lines_when_not_a_terminal() -> None:
-    result = burstscope("top", "--source", "sim:dense", "--duration", "2.5")
+    result = burstscope("top", "--source", "sim:dense", "--duration", "2.5", "--every", "1")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert len(lines) >= 18
+    # One line per port direction each second (the last at the deadline), not per refresh.
+    assert 18 <= len(lines) <= 3 * 18 and len(lines) % 18 == 0, lines
     assert any("mlx5_0/1 transmit" in line and "peak15s=" in line for line in lines)
+    assert any("peak1s=" in line and "(15s over first" in line for line in lines)
     # The congestion counters the table shows (the simulated node's, polled at 1 Hz).
-    assert any("mlx5_0/1" in line and " ecn=" in line and " cnp=" in line for line in lines)
+    assert any("mlx5_0/1" in line and " ecn_run=" in line and " cnp_run=" in line for line in lines)
+
+
+def test_top_every_must_be_sane() -> None:
+    assert_usage_error(burstscope("top", "--source", "sim", "--every", "0"), "--every 0 must be")
 
 
 def test_top_in_a_real_terminal_quits_on_q(tmp_path: Path) -> None:
@@ -120,7 +126,7 @@ def test_top_in_a_real_terminal_quits_on_q(tmp_path: Path) -> None:
             screen = subprocess.run(
                 [tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True
             ).stdout
-        assert "1 ms peak 15 s" in screen and "mlx5_7/1" in screen and "400 Gb/s" in screen
+        assert "1-ms peak" in screen and "mlx5_7/1" in screen and "400 Gb/s" in screen
         subprocess.run([tmux, "send-keys", "-t", session, "q"], check=True)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and not done.exists():

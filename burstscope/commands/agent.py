@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from burstscope.agent import serve, setup_logging
 from burstscope.arguments import add_source_arguments

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from burstscope import invocation
 from burstscope.agent import Agent, AgentSettings, trace_info
+from burstscope.arguments import add_every_argument, check_every
 from burstscope.errors import UsageError
 from burstscope.live_view import stop_on_signals, watch
 from burstscope.report_model import analyze_paths
@@ -44,6 +45,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     add_mqtt_arguments(parser)  # --mqtt URL: also publish burst events to this broker
     parser.add_argument("--json", action="store_true", help="print the final report as JSON only")
+    add_every_argument(parser)
     parser.add_argument(
         "-o",
         "--output",
@@ -56,6 +58,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.duration is not None and not args.duration > 0:
         raise UsageError(f"--duration {args.duration:g} must be positive")
+    every = check_every(args.every)
     try:
         source = SimSource(args.profile, args.seed)
         mqtt = mqtt_settings_from_args(args)
@@ -95,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
                 stop,
                 args.duration,
                 title=f"burstscope demo: {args.profile}",
+                every_seconds=every,
             )
     finally:
         agent.stop()

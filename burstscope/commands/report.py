@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 from burstscope.errors import UsageError
 from burstscope.report_model import analyze_paths
