@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import threading
 import time
@@ -27,6 +26,7 @@ from collector.discovery import DEFAULT_SYSFS_ROOT
 from collector.exporter import BurstscopeCollector
 from collector.http import DEFAULT_LISTEN, HttpError, MetricsServer, TlsConfig
 from collector.logging_journal import setup_logging as setup_journal_logging
+from collector.logging_journal import stderr_is_journal
 from collector.mqtt import (
     MqttHandle,
     MqttSettings,
@@ -166,7 +166,7 @@ def _mqtt_settings(args: argparse.Namespace, config: AgentConfig) -> MqttSetting
 
 def setup_logging(level: str = "info") -> None:
     """One line per event, repeats rate-limited; under systemd (JOURNAL_STREAM) no timestamps."""
-    setup_journal_logging(level, under_journal="JOURNAL_STREAM" in os.environ)
+    setup_journal_logging(level, under_journal=stderr_is_journal())
 
 
 class Agent:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from burstscope import __version__
 from burstscope.errors import UsageError
+from collector.logging_journal import stderr_is_journal
 
 # Adding a command touches its module (which defines ``register(parser)`` and sets
 # ``func``) and this table: name and the one line ``burstscope -h`` shows.
@@ -67,7 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         status: int = args.func(args)
     except UsageError as exc:
         # One clear line naming the problem, status 2, never a traceback.
-        print(f"burstscope {args.command}: error: {exc}", file=sys.stderr)
+        # Under systemd the line goes to the journal as an error (sd-daemon(3) prefix).
+        priority = "<3>" if stderr_is_journal() else ""
+        print(f"{priority}burstscope {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

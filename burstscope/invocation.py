@@ -21,6 +21,8 @@ def command() -> str:
 
 def plot_available() -> bool:
     """Whether ``report --plot`` can run: matplotlib is the optional ``plot`` extra."""
-    import importlib.util
-
-    return importlib.util.find_spec("matplotlib") is not None
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -1,4 +1,8 @@
-"""``report --plot``: the millisecond peak beside the 15-second average, and utilization CDFs."""
+"""``report --plot``: the millisecond peak beside the 15-second average, and utilization CDFs.
+
+One figure, PNG (150 dpi), SVG or PDF by the file's extension: per hot port direction the
+whole trace and a zoom around its longest burst, then the utilization CDFs per scale.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,17 @@ HOTTEST = 4  # port directions drawn over time; more makes the panels unreadable
 FINE = "tab:red"
 SECOND = "tab:orange"
 COARSE = "tab:blue"
+SATURATED = "tab:purple"
+DPI = 150  # PNG; SVG and PDF are vector
+FORMATS = (".png", ".svg", ".pdf")
+
+
+def check_path(path: Path) -> None:
+    """Refuse an output format before any work is done."""
+    if path.suffix.lower() not in FORMATS:
+        raise ValueError(
+            f"--plot {str(path)!r}: the extension names the format: {', '.join(FORMATS)}"
+        )
 
 
 def _hottest(report: Report) -> list[tuple[PortReport, DirectionReport]]:
@@ -37,7 +52,8 @@ def _tag(direction: DirectionReport) -> str:
 
 
 def write_plot(report: Report, path: Path) -> None:
-    """One PNG: per hot port direction the whole trace and a 2 s zoom, then CDFs per scale."""
+    """The figure, in the format the extension names (see ``check_path``)."""
+    check_path(path)
     import matplotlib
 
     matplotlib.use("Agg")  # no display: the report runs on servers
@@ -45,7 +61,7 @@ def write_plot(report: Report, path: Path) -> None:
 
     hottest = _hottest(report)
     rows = max(1, len(hottest))
-    figure = plt.figure(figsize=(13, 2.3 * rows + 4.0), layout="constrained")
+    figure = plt.figure(figsize=(13, 2.4 * rows + 4.6), layout="constrained")
     grid = figure.add_gridspec(rows + 1, 4, height_ratios=[1.0] * rows + [1.6])
     for row, (port, direction) in enumerate(hottest):
         last = row == rows - 1
@@ -54,10 +70,31 @@ def write_plot(report: Report, path: Path) -> None:
     if hottest:
         _cdf(figure.add_subplot(grid[rows, :2]), hottest[0], log=False)
         _cdf(figure.add_subplot(grid[rows, 2:]), hottest[0], log=True)
-    figure.suptitle(
-        "burstscope: millisecond bursts beside the 15-second average", fontsize=13, weight="bold"
+    total = sum(len(p.directions) for p in report.ports)
+    shown = (
+        f"all {total} port directions"
+        if len(hottest) == total
+        else f"{len(hottest)} of {total} port directions shown: the {len(hottest)} with the "
+        "most saturated time hidden in quiet windows"
     )
-    figure.savefig(path, dpi=100)
+    figure.suptitle(
+        f"burstscope: millisecond bursts beside the 15-second average\n{shown}",
+        fontsize=12,
+        weight="bold",
+    )
+    if hottest:
+        # One legend for every panel, outside the data: under the title.
+        handles, labels = figure.axes[0].get_legend_handles_labels()
+        zoom_handles, zoom_labels = figure.axes[1].get_legend_handles_labels()
+        figure.legend(
+            handles + zoom_handles,
+            labels + zoom_labels,
+            loc="outside lower center",
+            ncols=len(labels) + len(zoom_labels),
+            fontsize=9,
+            frameon=False,
+        )
+    figure.savefig(path, dpi=DPI)
     plt.close(figure)
 
 
@@ -93,7 +130,34 @@ def _timeline(axes: Any, port: PortReport, direction: DirectionReport, last: boo
     if plot.coarse_end_ns.size:
         x, y = windows(plot.coarse_end_ns, plot.coarse_utilization, thresholds.coarse_window_ns)
         axes.step(x, y, where="post", color=COARSE, linewidth=2.5, label=f"{coarse} mean (scrape)")
-    axes.axhline(thresholds.busy * 100, color="grey", linestyle=":", linewidth=1)
+    axes.axhline(
+        thresholds.busy * 100,
+        color="grey",
+        linestyle=":",
+        linewidth=1,
+        label=f"{thresholds.busy * 100:g}% (Acme: rarely above)",
+    )
+    axes.axhline(
+        thresholds.saturated * 100,
+        color=SATURATED,
+        linestyle="--",
+        linewidth=0.8,
+        label=f"{thresholds.saturated * 100:g}% (saturated)",
+    )
+    mean = summary.mean_utilization
+    if mean is not None:
+        # The mean sits on the x axis of an idle-heavy trace: say its value in words.
+        axes.text(
+            0.995,
+            0.96,
+            f"mean {_share(mean)} · {fine} peak {_share(summary.finest.maximum)}",
+            transform=axes.transAxes,
+            ha="right",
+            va="top",
+            fontsize=9,
+            color=COARSE,
+            bbox={"facecolor": "white", "edgecolor": COARSE, "alpha": 0.9, "pad": 2},
+        )
     axes.set_ylim(0, 105)
     axes.set_xlim(0, max(end, 1e-9))
     axes.set_ylabel("% of line rate")
@@ -105,10 +169,16 @@ def _timeline(axes: Any, port: PortReport, direction: DirectionReport, last: boo
         loc="left",
         fontsize=10,
     )
-    axes.legend(loc="center right", fontsize=8, framealpha=0.9)
     axes.grid(alpha=0.3)
     if last:
         axes.set_xlabel("seconds since trace start")
+
+
+def _share(value: float | None) -> str:
+    if value is None:
+        return "-"
+    percent = value * 100
+    return f"{percent:.1f}%" if percent < 10 else f"{percent:.0f}%"
 
 
 def _zoom(axes: Any, direction: DirectionReport, last: bool) -> None:
@@ -116,13 +186,31 @@ def _zoom(axes: Any, direction: DirectionReport, last: bool) -> None:
     fine = scale_label(direction.summary.finest_interval_ns)
     axes.set_ylim(0, 105)
     axes.grid(alpha=0.3)
-    axes.set_title(f"{fine} samples around the first burst", loc="left", fontsize=9)
-    if plot.zoom_end_ns.size == 0:
+    if plot.zoom_end_ns.size == 0 or plot.zoom_burst_ns is None:
+        axes.set_title(f"{fine} samples", loc="left", fontsize=9)
         axes.text(0.5, 0.5, "no bursts", ha="center", va="center", transform=axes.transAxes)
         return
-    x = (plot.zoom_end_ns - plot.zoom_end_ns[0]) / 1e6
+    start, end = plot.zoom_burst_ns
+    origin, stop = plot.zoom_window_ns
+    span_ms = (stop - origin) / 1e6
+    axes.set_title(
+        f"{fine} samples, {span_ms:.0f} ms around\n"
+        f"the longest burst ({(end - start) / 1e6:.0f} ms)",
+        loc="left",
+        fontsize=9,
+    )
+    axes.axvspan(
+        (start - origin) / 1e6,
+        (end - origin) / 1e6,
+        color=FINE,
+        alpha=0.12,
+        linewidth=0,
+        label="longest burst",
+    )
+    x = (plot.zoom_end_ns - origin) / 1e6
     y = np.where(plot.zoom_valid, plot.zoom_utilization * 100, np.nan)
-    axes.step(x, y, where="pre", color=FINE, linewidth=0.8)
+    axes.step(x, y, where="pre", color=FINE, linewidth=0.9)
+    axes.set_xlim(0, span_ms)
     if last:
         axes.set_xlabel("ms")
 

@@ -32,11 +32,14 @@ from detectors.synchrony import Synchrony, synchrony
 # Samples a port needs before its sampling interval (the finest scale) is decided.
 INTERVAL_PROBE = 64
 # The plot shows the finest scale as its largest value per second (an hour at 1 ms is
-# 3.6 M points, more than a PNG has pixels), and 2 s of it as sampled, from 100 ms before
-# the first burst.
+# 3.6 M points, more than a PNG has pixels), and a zoom of it as sampled: at least 200 ms
+# centred on the longest burst, so bursts of a few milliseconds are wide enough to see.
 PLOT_BUCKET_NS = NS_PER_SECOND
-ZOOM_NS = 2 * NS_PER_SECOND
-ZOOM_LEAD_NS = 100_000_000
+ZOOM_MIN_NS = 200_000_000
+ZOOM_MARGIN_NS = 25_000_000  # each side of a burst longer than the minimum
+# The samples kept to place a zoom around a burst that has just closed: a longer burst is
+# zoomed on its last part.
+ZOOM_MEMORY_NS = 2 * NS_PER_SECOND
 
 
 def _empty_int() -> npt.NDArray[np.int64]:
@@ -60,6 +63,62 @@ class PlotSeries:
     zoom_end_ns: npt.NDArray[np.int64] = field(default_factory=_empty_int)  # finest, as sampled
     zoom_utilization: npt.NDArray[np.float64] = field(default_factory=_empty_float)
     zoom_valid: npt.NDArray[np.bool_] = field(default_factory=lambda: np.empty(0, dtype=np.bool_))
+    zoom_burst_ns: tuple[int, int] | None = None  # the longest burst the zoom is centred on
+    zoom_window_ns: tuple[int, int] = (0, 0)  # (start, end] of the zoom
+
+
+@dataclass(slots=True)
+class _Zoom:
+    """The finest samples in a window centred on the longest burst seen so far."""
+
+    recent: list[npt.NDArray[Any]] = field(default_factory=list)  # time, utilization, valid
+    longest_ns: int = 0
+    burst: tuple[int, int] | None = None
+    window: tuple[int, int] = (0, 0)
+    kept: list[npt.NDArray[Any]] = field(default_factory=list)
+
+    def feed(self, chunk: Chunk) -> None:
+        arrived: list[npt.NDArray[Any]] = [chunk.timestamp_ns, chunk.utilization, chunk.valid]
+        columns = arrived
+        if self.recent:
+            columns = [np.concatenate(pair) for pair in zip(self.recent, arrived, strict=True)]
+        if columns[0].size:
+            keep = columns[0] > int(columns[0][-1]) - ZOOM_MEMORY_NS
+            self.recent = [column[keep] for column in columns]
+        durations = chunk.bursts.duration_ns
+        if durations.size and int(durations.max()) > self.longest_ns:
+            # A new longest burst closed in this chunk: the chunk and the memory before it
+            # hold its window up to the chunk's end; later chunks fill the rest.
+            index = int(np.argmax(durations))
+            start, end = int(chunk.bursts.start_ns[index]), int(chunk.bursts.end_ns[index])
+            self.longest_ns = end - start
+            self.burst = (start, end)
+            length = max(ZOOM_MIN_NS, end - start + 2 * ZOOM_MARGIN_NS)
+            middle = (start + end) // 2
+            self.window = (middle - length // 2, middle - length // 2 + length)
+            self.kept = self._inside(columns)
+        elif self.kept and self.kept[0].size and int(self.kept[0][-1]) < self.window[1]:
+            after = arrived[0] > int(self.kept[0][-1])
+            later = self._inside([column[after] for column in arrived])
+            self.kept = [np.concatenate(pair) for pair in zip(self.kept, later, strict=True)]
+
+    def _inside(self, columns: list[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
+        if not columns:
+            return []
+        keep = (columns[0] > self.window[0]) & (columns[0] <= self.window[1])
+        return [column[keep] for column in columns]
+
+    def series(self) -> dict[str, Any]:
+        if self.burst is None or not self.kept:
+            return {}
+        stamps, utilization, valid = self.kept
+        return {
+            "zoom_end_ns": stamps,
+            "zoom_utilization": utilization,
+            "zoom_valid": valid,
+            "zoom_burst_ns": self.burst,
+            "zoom_window_ns": self.window,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +158,7 @@ class _Direction:
     keep_plot: bool
     plot: PlotSeries = field(default_factory=PlotSeries)
     _parts: dict[str, list[Any]] = field(default_factory=dict)
-    zoom_start_ns: int | None = None
+    _zoom: _Zoom = field(default_factory=_Zoom)
 
     def feed(self, timestamp: Any, values: Any, rebaseline: Any) -> None:
         self._keep(self.analyzer.feed(timestamp, values, rebaseline))
@@ -107,7 +166,8 @@ class _Direction:
     def finish(self) -> None:
         self._keep(self.analyzer.finish())
         if self.keep_plot:
-            self.plot = PlotSeries(**{name: _join(parts) for name, parts in self._parts.items()})
+            parts = {name: _join(parts) for name, parts in self._parts.items()}
+            self.plot = PlotSeries(**parts, **self._zoom.series())
 
     def _add(self, name: str, values: Any) -> None:
         self._parts.setdefault(name, []).append(values)
@@ -121,6 +181,7 @@ class _Direction:
             if windows is not None:
                 self._add(f"{prefix}_end_ns", windows.end_ns)
                 self._add(f"{prefix}_utilization", windows.utilization)
+        self._zoom.feed(chunk)  # before the return: the last chunk may only close a burst
         if chunk.timestamp_ns.size == 0:
             return
         starts, peaks = peak_envelope(
@@ -128,19 +189,6 @@ class _Direction:
         )
         self._add("peak_start_ns", starts)
         self._add("peak_utilization", peaks)
-        # The zoom: the finest scale itself, from just before the first burst.
-        if self.zoom_start_ns is None:
-            above = np.flatnonzero(chunk.utilization > thresholds.burst)
-            if above.size == 0:
-                return
-            self.zoom_start_ns = int(chunk.timestamp_ns[above[0]]) - ZOOM_LEAD_NS
-        keep = (chunk.timestamp_ns >= self.zoom_start_ns) & (
-            chunk.timestamp_ns < self.zoom_start_ns + ZOOM_NS
-        )
-        if keep.any():
-            self._add("zoom_end_ns", chunk.timestamp_ns[keep])
-            self._add("zoom_utilization", chunk.utilization[keep])
-            self._add("zoom_valid", chunk.valid[keep])
 
 
 class _Port:

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from burstscope.report_model import DirectionReport, PortReport, Report
 from detectors.analyzer import Summary
-from detectors.config import NS_PER_SECOND, scale_label
+from detectors.config import NS_PER_SECOND, Thresholds, scale_label
 from detectors.congestion import CongestionShare
 from detectors.contrast import contrast
 
@@ -36,21 +36,29 @@ def direction_warnings(summary: Summary) -> list[str]:
     return warnings
 
 
+DEFAULT_BUSY = Thresholds().busy
+
+
 def direction_json(port: PortReport, direction: DirectionReport) -> dict[str, Any]:
     summary = direction.summary
     seen = contrast(summary)
     mean = _round(summary.mean_utilization)
-    scales = {
-        scale.key: {
+    thresholds = summary.thresholds
+    scales = {}
+    for scale in summary.scales:
+        figures = {
             "mean": mean,
             "max": _round(scale.maximum),
             "p99": _round(scale.p99),
             "idle_fraction": _round(scale.idle_fraction),
-            "fraction_above_25pct": _round(scale.busy_fraction),
+            # Share of windows above thresholds.busy (stated beside, under "thresholds").
+            "fraction_busy": _round(scale.busy_fraction),
             "windows": scale.count,
         }
-        for scale in summary.scales
-    }
+        if thresholds.busy == DEFAULT_BUSY:
+            # The name of 0.1.0, kept for one release while it is still true (README).
+            figures["fraction_above_25pct"] = figures["fraction_busy"]
+        scales[scale.key] = figures
     stats = summary.bursts
     return {
         "source": port.source,
@@ -58,6 +66,12 @@ def direction_json(port: PortReport, direction: DirectionReport) -> dict[str, An
         "port": port.port,
         "direction": direction.direction,
         "line_rate_bytes_per_second": summary.line_rate_bytes_per_second,
+        "thresholds": {
+            "burst": thresholds.burst,
+            "saturated": thresholds.saturated,
+            "idle": thresholds.idle,
+            "busy": thresholds.busy,
+        },
         "duration_seconds": _round(summary.duration_seconds),
         "mean_utilization": mean,
         "samples": summary.samples,

@@ -72,15 +72,47 @@ class RepeatFilter(logging.Filter):
             del self._windows[key]
 
 
+# syslog(3) priorities, as sd-daemon(3) prefixes lines: "<3>" error ... "<7>" debug.
+# journald reads the prefix of each stderr line (SyslogLevelPrefix=yes, the default), so
+# `journalctl -p warning` finds the warnings.
+_PRIORITIES = {
+    logging.CRITICAL: 2,
+    logging.ERROR: 3,
+    logging.WARNING: 4,
+    logging.INFO: 6,
+    logging.DEBUG: 7,
+}
+
+
+class JournalFormatter(logging.Formatter):
+    """Each line starts with its syslog priority, which journald turns into the entry's."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        priority = _PRIORITIES.get(record.levelno, 6 if record.levelno < logging.WARNING else 4)
+        return f"<{priority}>{super().format(record)}"
+
+
+def stderr_is_journal() -> bool:
+    """Whether stderr is the journal's stream: systemd sets JOURNAL_STREAM to its
+    "device:inode" (systemd.exec(5)), which children inherit even when they write elsewhere."""
+    import os
+
+    device, _, inode = os.environ.get("JOURNAL_STREAM", "").partition(":")
+    try:
+        status = os.fstat(2)
+        return (status.st_dev, status.st_ino) == (int(device), int(inode))
+    except (OSError, ValueError):
+        return False
+
+
 def setup_logging(level: str = "info", under_journal: bool = False) -> None:
-    """One line per event on stderr; under journald (JOURNAL_STREAM) the journal adds the time."""
+    """One line per event on stderr; under journald (JOURNAL_STREAM) each line carries its
+    priority and the journal adds the time."""
     handler = logging.StreamHandler()
     handler.setFormatter(
-        logging.Formatter(
-            "%(levelname)s %(name)s: %(message)s"
-            if under_journal
-            else "%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+        JournalFormatter("%(levelname)s %(name)s: %(message)s")
+        if under_journal
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
     handler.addFilter(RepeatFilter())
     root = logging.getLogger()

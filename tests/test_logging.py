@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -65,7 +67,11 @@ def test_timestamps_only_outside_the_journal(under_journal: bool, has_time: bool
         assert any(isinstance(f, RepeatFilter) for f in handler.filters)
         text = handler.format(record("one line"))
         assert text.endswith("WARNING burstscope.test: one line")
-        assert (text != "WARNING burstscope.test: one line") == has_time
+        if under_journal:
+            # The syslog priority journald files the line under: journalctl -p warning.
+            assert text == "<4>WARNING burstscope.test: one line"
+        else:
+            assert text != "WARNING burstscope.test: one line"  # a time stamp first
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
@@ -80,3 +86,26 @@ def test_log_level_flag_is_validated() -> None:
     )
     assert result.returncode == 2
     assert "--log-level" in result.stderr and "invalid choice" in result.stderr
+
+
+def test_agent_lines_carry_syslog_priorities_under_journald(tmp_path: Path) -> None:
+    """Where stderr is the journal's stream (JOURNAL_STREAM names its device and inode),
+    every line starts with its <priority>; elsewhere none does."""
+    for journal in (True, False):
+        log = tmp_path / f"stderr-{journal}"
+        with log.open("w") as stderr:
+            status = os.fstat(stderr.fileno())
+            stream = f"{status.st_dev}:{status.st_ino}" if journal else "1:2"
+            result = subprocess.run(
+                [sys.executable, "-m", "burstscope", "agent", "--source", "netdev:no-such-if"],
+                stderr=stderr,
+                env={**os.environ, "JOURNAL_STREAM": stream},
+                timeout=60,
+                check=False,
+            )
+        assert result.returncode == 2
+        lines = [line for line in log.read_text().splitlines() if line]
+        assert lines, "nothing logged"
+        prefixed = [bool(re.match(r"<[0-7]>", line)) for line in lines]
+        assert prefixed == [journal] * len(lines), lines
+        assert not journal or lines[-1].startswith("<3>burstscope agent: error:")

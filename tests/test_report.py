@@ -100,12 +100,63 @@ def test_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "warning: 1 counter reset" in out and "rail synchrony (transmit" in out
 
 
-def test_plot_writes_a_png(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_plot_matches_the_golden_figure(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, update_golden: bool
+) -> None:
+    """The figure compared as a picture: RMS pixel difference within a tolerance, so a
+    different freetype or matplotlib patch release does not fail it, a changed plot does."""
+    from matplotlib.testing.compare import compare_images
+
     target = tmp_path / "report.png"
     status, _, err = report(capsys, str(FIXTURES / "trace"), "--json", "--plot", str(target))
     assert status == 0, err
     data = target.read_bytes()
-    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    golden = FIXTURES / "plot.golden.png"
+    if update_golden:
+        shutil.copyfile(target, golden)
+    assert compare_images(str(golden), str(target), tol=8) is None
+
+
+def test_plot_is_150_dpi_png_or_vector_by_extension(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from PIL import Image
+
+    png = tmp_path / "run.png"
+    assert report(capsys, str(FIXTURES / "trace"), "--plot", str(png))[0] == 0
+    assert round(Image.open(png).info["dpi"][0]) == 150
+    svg, pdf = tmp_path / "run.svg", tmp_path / "run.pdf"
+    assert report(capsys, str(FIXTURES / "trace"), "--plot", str(svg))[0] == 0
+    assert report(capsys, str(FIXTURES / "trace"), "--plot", str(pdf))[0] == 0
+    assert b"<svg" in svg.read_bytes()[:1000] and pdf.read_bytes().startswith(b"%PDF")
+    status, out, err = report(capsys, str(FIXTURES / "trace"), "--plot", str(tmp_path / "x.jpg"))
+    assert status == 2 and out == ""
+    assert "the extension names the format: .png, .svg, .pdf" in err
+
+
+def test_plot_without_matplotlib_fails_before_any_output(tmp_path: Path) -> None:
+    """The extra is optional: say so at once instead of after the whole analysis."""
+    hide = "import sys; sys.modules['matplotlib'] = None\nfrom burstscope.cli import main\n"
+    result = subprocess.run(
+        [sys.executable, "-c", hide + "sys.exit(main(sys.argv[1:]))", "report",
+         str(FIXTURES / "trace"), "--plot", str(tmp_path / "run.png")],
+        capture_output=True, text=True, cwd=REPO, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        "burstscope report: error: --plot needs matplotlib: pip install 'burstscope[plot]' "
+        "(or matplotlib)\n"
+    )
+
+
+def test_busy_fraction_names_its_threshold(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = report(capsys, str(FIXTURES / "trace"), "--json", "--busy", "0.5")
+    assert status == 0, err
+    for port in json.loads(out)["ports"]:
+        assert port["thresholds"]["busy"] == 0.5
+        for figures in port["scales"].values():
+            assert "fraction_busy" in figures and "fraction_above_25pct" not in figures
 
 
 def test_single_parquet_piece_is_a_trace(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from burstscope import invocation
 from burstscope.errors import UsageError
 from burstscope.report_model import analyze_paths
 from burstscope.report_view import print_table, to_json
@@ -23,7 +24,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", type=Path, help="trace or CSV")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--plot", metavar="PNG", type=Path, help="write a PNG of the contrast")
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        type=Path,
+        help="write a figure of the contrast: PNG (150 dpi), SVG or PDF by the extension "
+        "(needs matplotlib, the [plot] extra)",
+    )
     parser.add_argument(
         "--line-rate",
         metavar="GBITS",
@@ -54,6 +61,18 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if args.plot is not None:
+        # Before any output: a missing plotting library must not cost the whole analysis.
+        from burstscope.plot import check_path
+
+        try:
+            check_path(args.plot)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if not invocation.plot_available():
+            raise UsageError(
+                "--plot needs matplotlib: pip install 'burstscope[plot]' (or matplotlib)"
+            )
     report = analyze_paths(args.paths, args.line_rate, args.plot is not None, thresholds)
     if args.plot is not None:
         from burstscope.plot import write_plot
