@@ -124,3 +124,18 @@ def test_the_wheel_carries_the_files_and_the_license(tmp_path: Path) -> None:
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     assert "License-Expression: Apache-2.0" in zipfile.ZipFile(wheel).read(metadata).decode()
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    """`burstscope top | head -1`: no BrokenPipeError traceback when the reader goes."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "burstscope", "top", "--source", "sim:moe", "--every", "0.1",
+         "--duration", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None and process.stdout.readline()
+    process.stdout.close()  # the reader is gone; the next lines hit EPIPE
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr, stderr
