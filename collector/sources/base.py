@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from collector.discovery import DEFAULT_SYSFS_ROOT
-from collector.trace import SlowRow
 from detectors.counters import CounterSpec
+
+if TYPE_CHECKING:  # the trace format loads pyarrow: not for `discover` or `--version`
+    from collector.trace import SlowRow
 
 # Per-port status written beside every sample.
 STATUS_OK = 0
@@ -91,6 +93,8 @@ class SlowReading:
 
     def as_trace_row(self, timestamp_ns: int, rebaseline: bool) -> SlowRow:
         """This reading as a trace row, stamped on the samples' wall clock."""
+        from collector.trace import SlowRow
+
         return SlowRow(
             timestamp_ns, self.device, self.port, self.name, self.value, self.counter, rebaseline
         )
