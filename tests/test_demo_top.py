@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -164,3 +165,26 @@ def test_demo_publishes_burst_events_over_mqtt(tmp_path: Path) -> None:
     finally:
         subscriber.stop()
         broker.kill()
+
+
+def test_the_demos_closing_hints_work_as_printed(tmp_path: Path) -> None:
+    """A new shell has no activated venv: the printed commands must run as they are."""
+    program = Path(sys.executable).with_name("burstscope")
+    result = subprocess.run(
+        [str(program), "demo", "--duration", "2", "--listen", f"127.0.0.1:{free_port()}",
+         "-o", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    hints = {
+        line.split(": ", 1)[0]: line.split(": ", 1)[1]
+        for line in result.stdout.splitlines()
+        if line.startswith(("Report on it again: ", "With a figure: "))
+    }
+    assert set(hints) == {"Report on it again", "With a figure"}, result.stdout
+    for command in hints.values():
+        rerun = subprocess.run(
+            shlex.split(command), capture_output=True, text=True, timeout=120, cwd=tmp_path
+        )
+        assert rerun.returncode == 0, (command, rerun.stderr)
+    assert (tmp_path / "run.png").stat().st_size > 10_000
