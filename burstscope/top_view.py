@@ -21,14 +21,13 @@ from rich.text import Text
 
 from collector.pipeline import Snapshot
 from detectors.config import DIRECTIONS
+from detectors.congestion import CNPS, ECN_MARKED
 
 WINDOW_NS = 15_000_000_000
 SPARK_SECONDS = 30
 _SPARKS = " ▁▂▃▄▅▆▇█"
 # Packets, so they add up: ECN marks received, CNPs sent and handled (port_xmit_wait
 # counts ticks, a different unit, and is on the dashboards instead).
-_ECN = ("np_ecn_marked_roce_packets",)
-_CNP = ("np_cnp_sent", "rp_cnp_handled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +59,9 @@ def rows(snapshot: Snapshot, now_window_ns: int) -> list[Row]:
             if state.increment is None:
                 continue
             key = (state.device, state.port)
-            if state.name in _ECN:
+            if state.name == ECN_MARKED:
                 ecn[key] = ecn.get(key, 0) + state.increment
-            elif state.name in _CNP:
+            elif state.name in CNPS:
                 cnp[key] = cnp.get(key, 0) + state.increment
     out = []
     for port in snapshot.ports:

@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from collector.pipeline import TIMING_BUCKETS_SECONDS, Snapshot
 from collector.slow_poller import READ_BUCKETS_SECONDS, CounterState
 from detectors.config import DIRECTIONS
+from detectors.congestion import CONGESTION_PACKET_COUNTERS
 from detectors.live import BURST_DURATION_BUCKETS_SECONDS, UTILIZATION_BUCKETS
 
 PEAK_WINDOWS = (("15s", 15_000_000_000), ("60s", 60_000_000_000))
@@ -92,12 +93,6 @@ _ERROR_COUNTERS = (
     "link_error_recovery",
     "port_rcv_errors",
     "port_xmit_discards",
-)
-_CONGESTION_COUNTERS = (
-    "np_cnp_sent",
-    "rp_cnp_handled",
-    "rp_cnp_ignored",
-    "np_ecn_marked_roce_packets",
 )
 # mlx5 exports pause counters only for PFC-enabled priorities (mlx5 counters.rst); the
 # pause durations are left out to keep a RoCE port under 60 series.
@@ -262,7 +257,7 @@ class BurstscopeCollector(Collector):
                 out.counter("burstscope_port_transmit_wait_total", PORT, key, value)
             elif name in _ERROR_COUNTERS:
                 out.counter("burstscope_port_errors_total", (*PORT, "counter"), [*key, name], value)
-            elif name in _CONGESTION_COUNTERS:
+            elif name in CONGESTION_PACKET_COUNTERS:
                 out.counter(
                     "burstscope_port_congestion_packets_total",
                     (*PORT, "counter"),

@@ -4,7 +4,9 @@ Packets are UDP datagrams to port 4791 whose payload is an InfiniBand BTH (opcod
 destination QP, PSN) plus payload and ICRC, built once per QP and opcode with scapy's
 RoCE layers and then sent from prebuilt bytes; only the PSN is rewritten per packet (the
 ICRC is therefore stale: nothing on a veth checks it). Run it inside the sending
-namespace of a :mod:`collector.testbed`.
+namespace of a :mod:`collector.testbed`. It ships with the testbed for the same reason (an
+operator's own check against known bursts) and needs the ``capture`` extra (scapy);
+nothing in the agent imports it.
 
 Ground truth. tbf delays packets, so the time a burst leaves the sender's ``sendto`` is
 not the time it is on the wire. Each burst records:

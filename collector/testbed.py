@@ -13,6 +13,11 @@ for that namespace, so ``--source netdev:vtx`` reads the veth's own counters the
 Command line: ``python -m collector.testbed cleanup`` deletes namespaces left by runs
 that crashed (their pid is gone); ``python -m collector.testbed up`` creates a testbed,
 prints its names and waits until interrupted, then tears it down.
+
+Why it ships in the package rather than only in tests/: it is how an operator checks
+burstscope against real kernel counters on a node of their own before trusting it on
+a fabric (the README's testbed section), with nothing but iproute2 and root. Nothing
+in the agent imports it.
 """
 
 from __future__ import annotations

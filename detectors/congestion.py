@@ -11,6 +11,14 @@ import numpy.typing as npt
 from detectors.config import NS_PER_SECOND
 from detectors.counters import RESETTING_64, CounterSpec, counter_deltas
 
+# The one vocabulary of congestion counters, for the report, the exporter, MQTT and top.
+# RoCE congestion control's packet counters (mlx5 hw_counters, cong_cnts in
+# drivers/infiniband/hw/mlx5/counters.c): packets that arrived ECN-marked, CNPs this port
+# sent as notification point and handled (or ignored) as reaction point.
+ECN_MARKED = "np_ecn_marked_roce_packets"
+CNPS = ("np_cnp_sent", "rp_cnp_handled")
+CONGESTION_PACKET_COUNTERS = (*CNPS, "rp_cnp_ignored", ECN_MARKED)
+
 # Which direction's saturation a congestion counter answers to. Transmit: the port waited
 # for credits (port_xmit_wait), its reaction point was told to slow down (rp_cnp_handled),
 # or its peer paused it (rx_*pause: pause frames received). Receive: what arrived carried
@@ -21,6 +29,11 @@ _TRANSMIT = re.compile(
 _RECEIVE = re.compile(
     r"^(np_ecn_marked_roce_packets|np_cnp_sent|tx_prio\d+_pause(_duration)?|tx_pause_ctrl_phy)$"
 )
+
+
+def is_congestion(name: str) -> bool:
+    """Whether a slow counter says the fabric pushed back (CNPs, ECN, xmit_wait, PFC)."""
+    return name in CONGESTION_PACKET_COUNTERS or congestion_direction(name) is not None
 
 
 def congestion_direction(name: str) -> str | None:

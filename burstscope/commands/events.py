@@ -19,8 +19,8 @@ from collector.mqtt.settings import (
     MqttSettings,
     MqttSettingsError,
     add_connection_arguments,
+    client_tls_context,
     mqtt_settings_from_args,
-    tls_context,
 )
 
 REFRESH_PER_SECOND = 4  # the table redraws at most this often, however fast events arrive
@@ -190,7 +190,7 @@ async def subscribe(
     from collector.mqtt.publisher import Backoff, client, refusal
 
     backoff = Backoff(settings.backoff_initial_seconds, settings.backoff_max_seconds)
-    context = tls_context(settings)
+    context = client_tls_context(settings)
     first = True
     while True:
         try:

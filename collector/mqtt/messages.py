@@ -21,15 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collector.mqtt.policy import BurstRecord, BurstSummary
+from detectors.congestion import is_congestion
 
 PREFIX = "burstscope"
 _TOPIC_UNSAFE = re.compile(r"[/+#\x00]")
 # Port states by IBA id (state: "4: ACTIVE").
 STATE_NAMES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
-# Slow counters that mean the fabric pushed back: RoCE congestion control, HCA wait ticks, PFC.
-_CONGESTION = re.compile(
-    r"^(np_cnp_sent|rp_cnp_handled|np_ecn_marked_roce_packets|port_xmit_wait|(rx|tx)_prio\d_pause)$"
-)
 
 
 def topic_level(text: str) -> str:
@@ -164,7 +161,7 @@ def readings_from_snapshot(snapshot: Any) -> dict[tuple[str, int], PortReading]:
                 entry["rate_bytes_per_second"] = state.value
             elif name == "link_downed":
                 entry["link_downed"] = value
-            elif _CONGESTION.match(name):
+            elif is_congestion(name):
                 entry.setdefault("congestion", {})[name] = value
     return {
         key: PortReading(saturated_seconds=saturated.get(key, {}), **values)

@@ -27,7 +27,7 @@ import aiomqtt
 from aiomqtt.exceptions import MqttConnectError
 
 from collector.mqtt.messages import Identity, encode, status_payload, status_topic
-from collector.mqtt.settings import MqttSettings, tls_context
+from collector.mqtt.settings import MqttSettings, client_tls_context
 from collector.mqtt.spool import Message, Spool
 
 _LOG = logging.getLogger("burstscope.mqtt")
@@ -118,7 +118,10 @@ async def probe(settings: MqttSettings) -> tuple[Outcome, str]:
         async with (
             asyncio.timeout(settings.connect_check_seconds),
             client(
-                settings, tls_context(settings), clean_session=True, timeout=ACK_TIMEOUT_SECONDS
+                settings,
+                client_tls_context(settings),
+                clean_session=True,
+                timeout=ACK_TIMEOUT_SECONDS,
             ),
         ):
             return Outcome.CONNECTED, settings.endpoint
@@ -174,7 +177,7 @@ class MqttPublisher:
         self._spool = spool
         self._on_first_attempt = on_first_attempt
         self._attempted = False
-        self._tls = tls_context(settings)
+        self._tls = client_tls_context(settings)
         self._backoff = Backoff(settings.backoff_initial_seconds, settings.backoff_max_seconds)
         self._wake = asyncio.Event()
         self._finishing = asyncio.Event()

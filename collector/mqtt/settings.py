@@ -88,7 +88,7 @@ def parse_broker_url(text: str) -> BrokerUrl:
     )
 
 
-def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
+def client_tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
     """The client TLS context for mqtts://, loading every file now so errors surface at start."""
     if not settings.broker.tls:
         return None
@@ -136,7 +136,7 @@ def build_settings(
         key_file=key_file,
         **options,
     )
-    tls_context(settings)
+    client_tls_context(settings)
     return settings
 
 
