@@ -17,6 +17,10 @@ not the time it is on the wire. Each burst records:
   ``SIOCOUTQ`` (the socket's unsent bytes; an skb is released when tbf dequeues it to the
   veth) until it reads 0. This is the tbf-drained time, what the counters see.
 * ``send_end_ns``: when the last ``sendto`` returned, for comparison.
+* ``starved_ns``: how long the sender was away (descheduled, or its CPU taken) while
+  the socket's queue ran empty mid-burst, so the wire idled; 0 when the queue never
+  drained. The socket buffer covers ~8 ms of absence, so only a longer one shows here:
+  it is the machine's disturbance, measured in the run, not the recorder's error.
 
 Times are wall-clock ns computed as CLOCK_MONOTONIC plus an offset fixed at start, the
 same clock a burstscope trace uses, so schedule and trace compare directly.
@@ -56,6 +60,9 @@ SIOCOUTQ = 0x5411  # TIOCOUTQ: for UDP, sk_wmem_alloc (include/uapi/asm-generic/
 # loop is descheduled. 1 MiB (2 MiB of skb truesize) holds ~8 ms at 1 Gb/s, more than
 # the stalls seen on a busy 2-core machine; it needs SO_SNDBUFFORCE past wmem_max.
 SEND_BUFFER = 1024 * 1024
+# A sendto that returns this long after the one before means the sender was away; only
+# then is the queue checked (one ioctl), to learn whether the wire idled meanwhile.
+AWAY_NS = 1_000_000
 
 # RC opcodes (IBTA vol. 1, 9.2): the ones this generator sends.
 RC_SEND_ONLY = 0x04
@@ -206,6 +213,7 @@ class BurstTruth:
     end_ns: int
     bytes: int
     packets: int
+    starved_ns: int = 0  # sender away with the queue drained: the wire idled mid-burst
 
 
 @dataclass
@@ -279,11 +287,15 @@ def run(
         idle_until(begin + planned.offset_ns)
         flow = flows[planned.qp]
         send = flow.sock.sendto
-        sent = packets = 0
-        start = clock()
+        sent = packets = starved = 0
+        start = last = clock()
         while sent < target:
             packet = flow.next_packet()
+            away = clock() - last
+            if away > AWAY_NS and _unsent(flow.sock) == 0:
+                starved += away  # everything queued went out while the sender was away
             send(packet, address)
+            last = clock()
             sent += first_frame if packet[0] == RC_RDMA_WRITE_FIRST else frame
             packets += 1
         send_end = clock()
@@ -299,6 +311,7 @@ def run(
                 end + offset,
                 sent,
                 packets,
+                starved,
             )
         )
         # The background would have run during the burst; restart its cadence after.

@@ -3,13 +3,19 @@
 Two namespaces, a veth shaped to 1 Gb/s, the generator sending its seeded on/off schedule
 and ``burstscope record --source netdev:vtx`` sampling the sender's veth at 1 ms, both
 inside the sending namespace. The detectors must find every burst of the ground truth.
+
+On a busy machine the run is disturbed: the host steals vCPUs, the sampler misses ticks,
+the generator is descheduled long enough for the wire to idle mid-burst. The run measures
+each of these itself (the trace's sampling gaps, VM steal time from /proc/stat, the
+generator's starved time) and judges only the bursts none of them touched; it fails when
+the product is wrong, or when too few bursts were left to judge.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -24,13 +30,14 @@ from collector.trace import read_samples
 from detectors.analyzer import Summary, analyze
 from detectors.bursts import Bursts
 from tests.conftest import integration_unavailable, require_binary, require_root
+from tests.processes import LoggedProcess, wait_until
 
 pytestmark = pytest.mark.integration
 
 RATE_MEGABITS = 1000
 # 16 s of traffic: longer than one 15 s scrape, short enough for the < 60 s budget.
 GENERATOR_SECONDS = 16.0
-LEAD_SECONDS = 1.0  # the recorder is sampling before the first packet
+TAIL_NS = 300_000_000  # the recorder keeps sampling this long after the generator ends
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,50 @@ class Run:
     timestamp_ns: npt.NDArray[np.int64]
     xmit_bytes: npt.NDArray[np.uint64]
     qdisc: dict[str, int]
+    steal: StealClock
+
+
+class StealClock:
+    """VM steal time of the whole machine, read from /proc/stat every 10 ms during the run.
+
+    The kernel accounts steal in USER_HZ ticks (10 ms), so a reading says only that some
+    was stolen since the previous one: a burst is disturbed if steal rose in any reading
+    interval that overlaps it.
+    """
+
+    PERIOD_SECONDS = 0.01
+
+    def __init__(self) -> None:
+        self.wall_ns: list[int] = []
+        self.steal_ticks: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def read() -> int:
+        with open("/proc/stat") as stat:
+            # cpu  user nice system idle iowait irq softirq steal ... (proc(5))
+            return int(stat.readline().split()[8])
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.wall_ns.append(time.time_ns())
+            self.steal_ticks.append(self.read())
+            self._stop.wait(self.PERIOD_SECONDS)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def stolen_between(self, start_ns: int, end_ns: int) -> bool:
+        stamps = np.asarray(self.wall_ns, dtype=np.int64)
+        ticks = np.asarray(self.steal_ticks, dtype=np.int64)
+        rose = np.flatnonzero(np.diff(ticks) > 0)
+        # Interval i runs from reading i to reading i + 1.
+        return bool(((stamps[rose] < end_ns) & (stamps[rose + 1] > start_ns)).any())
 
 
 @pytest.fixture(scope="module")
@@ -59,34 +110,35 @@ def testbed_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     work = tmp_path_factory.mktemp("testbed")
     trace = work / "trace"
     truth_file = work / "truth.json"
-    recorder = subprocess.Popen(
+    steal = StealClock()
+    steal.start()
+    request.addfinalizer(steal.stop)
+    recorder = LoggedProcess(
         [
             *bed.exec_prefix(),
             *(sys.executable, "-m", "burstscope.cli", "record"),
             *("--source", f"netdev:{SENDER_INTERFACE}", "--line-rate", str(RATE_MEGABITS / 1000)),
-            *("--duration", str(GENERATOR_SECONDS + 2 * LEAD_SECONDS), "-o", str(trace)),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+            *("-o", str(trace)),
+        ]
     )
-    request.addfinalizer(lambda: recorder.kill() if recorder.poll() is None else None)
-    time.sleep(LEAD_SECONDS)
-    generator = subprocess.run(
+    request.addfinalizer(recorder.kill)
+    # The first packet goes out only once the recorder samples, however long it takes to start.
+    recorder.wait_log("sampling 1 port(s)")
+    generator = LoggedProcess(
         [
             *bed.exec_prefix(),
             *(sys.executable, "-m", "collector.rocegen", "--seed", "6"),
             *("--source", SENDER_ADDRESS, "--destination", RECEIVER_ADDRESS),
             *("--line-rate", str(RATE_MEGABITS), "--duration", str(GENERATOR_SECONDS)),
             *("--truth", str(truth_file)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=GENERATOR_SECONDS + 20,
+        ]
     )
-    assert generator.returncode == 0, generator.stderr
-    _, recorded = recorder.communicate(timeout=30)
-    assert recorder.returncode == 0, recorded
+    request.addfinalizer(generator.kill)
+    assert generator.process.wait(timeout=GENERATOR_SECONDS + 120) == 0, generator.stderr
+    truth = json.loads(truth_file.read_text())
+    assert wait_until(lambda: time.time_ns() > truth["end_ns"] + TAIL_NS)
+    assert recorder.stop() == 0, recorder.stderr
+    steal.stop()
     qdisc = bed.qdisc_stats()
     bed.down()
 
@@ -97,9 +149,8 @@ def testbed_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
         xmit.append(samples.xmit_bytes)
     timestamp_ns = np.concatenate(stamps)
     xmit_bytes = np.concatenate(xmit)
-    truth = json.loads(truth_file.read_text())
     summary, bursts = analyze(timestamp_ns, xmit_bytes, truth["line_rate_bytes_per_second"])
-    return Run(truth, summary, bursts, timestamp_ns, xmit_bytes, qdisc)
+    return Run(truth, summary, bursts, timestamp_ns, xmit_bytes, qdisc, steal)
 
 
 def _bytes_between(run: Run, start_ns: int, end_ns: int) -> float:
@@ -119,23 +170,36 @@ def test_generator_reaches_line_rate(testbed_run: Run) -> None:
     assert share is not None and share >= 0.95, share
 
 
-# On a shared VM the host sometimes takes a vCPU away for ~15 ms (steal time). When that
-# hits the sampler, the sample around it spans the pause and the counters cannot place
-# the bytes at 1 ms; when it hits the CPU running tbf's dequeue, the wire itself pauses
-# mid-burst and the detectors rightly see two bursts. Both are counted, bounded, and the
-# rest must meet the tolerances exactly.
+# What disturbs a burst, measured in the run: a sampling step this long around it (the
+# sample spanning the pause cannot place the bytes at 1 ms), steal time overlapping it,
+# or the generator away long enough for the wire to idle (its ``starved_ns``). A burst the
+# detectors split is disturbed when the pieces are this close (tbf's dequeue lost its CPU
+# for a moment; seen here: 3 to 7 ms under load), and a failure beyond.
 SAMPLER_GAP_NS = 3_000_000
-MAX_DISTURBED_SHARE = 0.1
-# Seen here: pauses of 3 to 7 ms under a loaded CI run; a host can steal ~15 ms.
+MARGIN_NS = 2_000_000
 MAX_WIRE_PAUSE_NS = 20_000_000
+# However busy the machine, this many bursts must be left to judge, or the run proved nothing.
+MIN_JUDGED = 8
+
+
+def disturbance(run: Run, burst: dict[str, int]) -> str | None:
+    """Why the machine, not the product, decides this burst's figures; None if undisturbed."""
+    start, end = burst["start_ns"] - MARGIN_NS, burst["end_ns"] + MARGIN_NS
+    steps = np.diff(run.timestamp_ns)
+    gap_end = run.timestamp_ns[1:][steps > SAMPLER_GAP_NS]
+    gap_start = gap_end - steps[steps > SAMPLER_GAP_NS]
+    if bool(((gap_start < end) & (gap_end > start)).any()):
+        return "the sampler paused"
+    if burst.get("starved_ns", 0) > 0:
+        return f"the generator was away {burst['starved_ns'] / 1e6:.1f} ms, the wire idled"
+    if run.steal.stolen_between(start, end):
+        return "the host stole CPU time"
+    return None
 
 
 def test_every_burst_found_on_time(testbed_run: Run) -> None:
     truth = testbed_run.truth["bursts"]
     found = testbed_run.bursts
-    steps = np.diff(testbed_run.timestamp_ns)
-    gap_end = testbed_run.timestamp_ns[1:][steps > SAMPLER_GAP_NS]
-    gap_start = gap_end - steps[steps > SAMPLER_GAP_NS]
     assert len(truth) >= 20
     matched: set[int] = set()
     problems, disturbed = [], []
@@ -144,8 +208,9 @@ def test_every_burst_found_on_time(testbed_run: Run) -> None:
         start, end = burst["start_ns"], burst["end_ns"]
         overlapping = np.flatnonzero((found.start_ns < end) & (found.end_ns > start))
         matched.update(int(i) for i in overlapping)
-        if bool(((gap_start < end + 2_000_000) & (gap_end > start - 2_000_000)).any()):
-            disturbed.append(f"burst at {start}: the sampler paused")
+        reason = disturbance(testbed_run, burst)
+        if reason is not None:
+            disturbed.append(f"burst at {start}: {reason}")
             continue
         if overlapping.size == 0:
             problems.append(f"burst at {start}: not found")
@@ -157,6 +222,7 @@ def test_every_burst_found_on_time(testbed_run: Run) -> None:
                 problems.append(f"burst at {start}: split by {int(pauses.max()) / 1e6:.1f} ms")
                 continue
             disturbed.append(f"burst at {start}: the wire paused {int(pauses.max()) / 1e6} ms")
+            continue
         start_error_ms = (int(found.start_ns[first]) - start) / 1e6
         duration_ms = (end - start) / 1e6
         found_ms = (int(found.end_ns[last]) - int(found.start_ns[first])) / 1e6
@@ -171,17 +237,27 @@ def test_every_burst_found_on_time(testbed_run: Run) -> None:
             problems.append(f"burst at {start}: {found_ms:.2f} ms found, {duration_ms:.2f} sent")
         if peak < 0.85:
             problems.append(f"burst at {start}: peak {peak:.3f}")
+    judged = len(truth) - len(disturbed)
     # The figures, for `pytest -s` and the README.
     print(
-        f"\ntestbed: {len(truth)} bursts, {len(disturbed)} disturbed; |start error| max "
-        f"{max(start_errors):.2f} ms mean {np.mean(start_errors):.2f} ms; |duration error| "
-        f"max {max(duration_errors):.2f} ms; peak min {min(peaks):.3f}; generator "
-        f"{testbed_run.truth['achieved_share']:.3f} of line rate"
+        f"\ntestbed: {len(truth)} bursts, {judged} judged, {len(disturbed)} disturbed "
+        f"({_reasons(disturbed)}); |start error| max {max(start_errors, default=0):.2f} ms "
+        f"mean {np.mean(start_errors) if start_errors else 0:.2f} ms; |duration error| max "
+        f"{max(duration_errors, default=0):.2f} ms; peak min {min(peaks, default=0):.3f}; "
+        f"generator {testbed_run.truth['achieved_share']:.3f} of line rate"
     )
     assert not problems, problems
-    assert len(disturbed) <= MAX_DISTURBED_SHARE * len(truth), disturbed
+    assert judged >= MIN_JUDGED, f"only {judged} undisturbed bursts to judge: {disturbed}"
     # Nothing else above the burst threshold: the background stays far below it.
     assert matched == set(range(len(found)))
+
+
+def _reasons(disturbed: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for line in disturbed:
+        reason = line.split(": ", 1)[1].split(" ")[1]  # sampler, generator, host, wire
+        counts[reason] = counts.get(reason, 0) + 1
+    return ", ".join(f"{count} {reason}" for reason, count in sorted(counts.items())) or "none"
 
 
 def test_mean_matches_the_schedule(testbed_run: Run) -> None:
