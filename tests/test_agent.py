@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SYSFS
+from tests.processes import wait_until
 from tests.test_cli_core import assert_usage_error, burstscope
 
 
@@ -90,10 +91,16 @@ def loopback_agent() -> Iterator[RunningAgent]:
 
 def test_serves_metrics_never_resets_and_404s(loopback_agent: RunningAgent) -> None:
     first = loopback_agent.wait_ready()
-    time.sleep(0.5)
-    second = fetch(loopback_agent.url + "/metrics")
     ticks = "burstscope_sampler_ticks_total"
     count = 'burstscope_port_utilization_ratio_count{device="lo",direction="transmit",port="1"}'
+    second = ""
+
+    def advanced() -> bool:
+        nonlocal second
+        second = fetch(loopback_agent.url + "/metrics")
+        return metric(second, count) > metric(first, count)
+
+    assert wait_until(advanced)
     assert metric(second, ticks) > metric(first, ticks)
     assert metric(second, count) > metric(first, count) >= 0
     assert 'burstscope_port_line_rate_bytes_per_second{device="lo",port="1"} 1.25e+09' in first
@@ -118,9 +125,9 @@ def test_a_source_failing_at_start_is_visible_in_health(sysfs_copy: Path) -> Non
         counters = sysfs_copy / "class/infiniband/mlx5_0/ports/1/counters"
         agent.wait_ready()
         (counters / "port_xmit_data").write_text("N/A (no PMA)\n")
-        time.sleep(1.0)
+        failed = 'burstscope_port_failed_reads_total{device="mlx5_0",port="1"}'
+        assert wait_until(lambda: metric(fetch(agent.url + "/metrics"), failed) > 0)
         body = fetch(agent.url + "/metrics")
-        assert metric(body, 'burstscope_port_failed_reads_total{device="mlx5_0",port="1"}') > 0
         assert metric(body, "burstscope_sampler_up") == 1.0
     finally:
         agent.stop()
@@ -280,7 +287,8 @@ def test_agent_records_each_run_into_its_own_trace(tmp_path: Path) -> None:
     recordings = tmp_path / "recordings"
     agent = RunningAgent("--source", "netdev:lo", "--line-rate", "10", "--record", str(recordings))
     agent.wait_ready()
-    time.sleep(1.0)
+    ticks = "burstscope_sampler_ticks_total "
+    assert wait_until(lambda: metric(fetch(agent.url + "/metrics"), ticks) >= 1000)
     status, _, stderr = agent.stop()
     assert status == 0, stderr
     (run,) = list(recordings.iterdir())

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import require_binary
+from tests.processes import DEADLINE_SECONDS
 from tests.test_agent import RunningAgent, fetch, free_port, make_certificates, metric
 from tests.test_cli_core import assert_usage_error
 
@@ -166,8 +167,9 @@ class EmulatedPort:
             os.close(fd)
 
 
-def wait_metric(url: str, prefix: str, wanted: Any, timeout: float = 10.0) -> str:
-    """The first scrape where ``prefix`` reads ``wanted`` (any value when None).
+def wait_metric(url: str, prefix: str, wanted: Any, timeout: float = DEADLINE_SECONDS) -> str:
+    """The first scrape where ``prefix`` reads ``wanted`` (any value when None; a callable
+    is asked about the value).
 
     The agent serves /metrics and samples before its MQTT publisher has attached and
     tried the broker (that takes up to connect_check_seconds), so a scrape right after
@@ -178,7 +180,10 @@ def wait_metric(url: str, prefix: str, wanted: Any, timeout: float = 10.0) -> st
     while time.monotonic() < deadline:
         body = fetch(url + "/metrics")
         for line in body.splitlines():
-            if line.startswith(prefix) and (wanted is None or float(line.split()[-1]) == wanted):
+            if not line.startswith(prefix):
+                continue
+            value = float(line.split()[-1])
+            if wanted is None or (wanted(value) if callable(wanted) else value == wanted):
                 return body
         time.sleep(0.1)
     raise AssertionError(f"{prefix!r} never read {wanted!r}")
@@ -404,11 +409,11 @@ def test_unreachable_broker_at_start_keeps_serving_and_spools(sysfs_copy: Path) 
     agent = RunningAgent(*agent_args(sysfs_copy, url))
     try:
         agent.wait_ready()
-        first = wait_metric(agent.url, "burstscope_mqtt_spool_messages ", None)
-        time.sleep(1.5)
+        depth = "burstscope_mqtt_spool_messages "
+        first = wait_metric(agent.url, depth, None)
+        wait_metric(agent.url, depth, lambda value: value > metric(first, depth))
         second = fetch(agent.url + "/metrics")
         assert metric(second, "burstscope_mqtt_connected ") == 0
-        depth = "burstscope_mqtt_spool_messages "
         assert metric(second, depth) > metric(first, depth) >= 0
         assert metric(second, "burstscope_sampler_up ") == 1
         status, _, stderr = agent.stop()
@@ -429,9 +434,8 @@ def test_disk_spool_survives_an_agent_restart(tmp_path: Path, sysfs_copy: Path) 
     try:
         first = RunningAgent(*agent_args(sysfs_copy, url, "--mqtt-spool-dir", str(spool)))
         first.wait_ready()
-        time.sleep(2.0)
-        spooled = metric(fetch(first.url + "/metrics"), "burstscope_mqtt_spool_messages ")
-        assert spooled >= 5
+        depth = "burstscope_mqtt_spool_messages "
+        spooled = metric(wait_metric(first.url, depth, lambda value: value >= 5), depth)
         status, _, stderr = first.stop()
         assert status == 0, stderr
         broker.start()

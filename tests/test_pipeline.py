@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from collector.pipeline import Pipeline
 from collector.sources import SourceOptions, build_source
+from tests.processes import wait_until
 
 
 def test_drains_from_other_threads_wait_their_turn() -> None:
@@ -28,7 +28,8 @@ def test_drains_from_other_threads_wait_their_turn() -> None:
         threads = [threading.Thread(target=hammer) for _ in range(2)]
         for thread in threads:
             thread.start()
-        time.sleep(1.5)
+        # Hammer for as long as it takes the sampler to tick 600 times, however busy the CPU.
+        wait_until(lambda: pipeline.snapshot().health.ticks > 600 or bool(failures))
         stop.set()
         for thread in threads:
             thread.join(5)

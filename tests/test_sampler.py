@@ -18,6 +18,7 @@ from collector.ring import Field, Ring
 from collector.sampler import SamplerConfig, parse_interval
 from collector.sources.base import STATUS_REBASELINE, SampleRow
 from collector.sources.netdev import NetdevSource
+from tests.processes import wait_until
 
 
 @pytest.mark.parametrize(
@@ -125,8 +126,7 @@ def test_ring_header_reports_scheduling(tmp_path: Path) -> None:
     sampler = Sampler(NetdevSource(("lo",)), SamplerConfig(interval_ns=500_000))
     try:
         ring = sampler.start()
-        time.sleep(0.3)
-        assert ring.get(Field.TICKS) > 300
+        assert wait_until(lambda: ring.get(Field.TICKS) > 300)
         assert ring.get(Field.INTERVAL_NS) == 500_000
         assert ring.get(Field.PID) > 0
         assert ring.get(Field.WALL_OFFSET_NS) > 1_600_000_000 * 10**9

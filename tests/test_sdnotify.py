@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from collector.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
+from tests.processes import wait_until
 from tests.test_agent import fetch, free_port
 
 
@@ -198,8 +199,7 @@ def test_agent_ready_watchdog_and_stalled_sampler(
     assert "burstscope_sampler_ticks_total" in body
     ready = next(m for _, m in receiver.messages if "READY=1" in m)
     assert "STATUS=sampling 1 port(s) from netdev" in ready
-    time.sleep(0.6)
-    assert receiver.count("WATCHDOG=1", 0) >= 3
+    assert wait_until(lambda: receiver.count("WATCHDOG=1", 0) >= 3)
 
     sampler = sampler_pid(process.pid)
     os.kill(sampler, signal.SIGSTOP)
@@ -211,8 +211,7 @@ def test_agent_ready_watchdog_and_stalled_sampler(
     finally:
         os.kill(sampler, signal.SIGCONT)
     resumed_from = time.monotonic()
-    time.sleep(0.6)
-    assert receiver.count("WATCHDOG=1", resumed_from) >= 2, "pings did not resume"
+    assert wait_until(lambda: receiver.count("WATCHDOG=1", resumed_from) >= 2), "no resume"
 
     started = time.monotonic()
     process.send_signal(signal.SIGTERM)
