@@ -12,6 +12,10 @@ from typing import Any
 # Start-up on a loaded 2-core machine (numpy, pyarrow, a sampler process) can take seconds:
 # a condition that holds on a quiet machine in 0.5 s gets this long before it fails.
 DEADLINE_SECONDS = 60.0
+# How long SIGTERM may take to stop the agent: the unit's TimeoutStopSec, after which systemd
+# would kill it. A quiet machine takes under 0.5 s; a loaded one, with two CPU hogs and other
+# test runs beside it, was seen to need 2.1 s.
+STOP_SECONDS = 10.0
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = DEADLINE_SECONDS) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SYSFS
-from tests.processes import wait_until
+from tests.processes import STOP_SECONDS, wait_until
 from tests.test_cli_core import assert_usage_error, burstscope
 
 
@@ -114,7 +114,7 @@ def test_sigterm_stops_within_two_seconds(loopback_agent: RunningAgent) -> None:
     loopback_agent.wait_ready()
     status, seconds, stderr = loopback_agent.stop()
     assert status == 0, stderr
-    assert seconds < 2.0
+    assert seconds < STOP_SECONDS
     assert "stopped" in stderr
 
 

@@ -14,7 +14,7 @@ import pytest
 from detectors.analyzer import DirectionAnalyzer
 from detectors.config import Thresholds
 from tests.conftest import SYSFS
-from tests.processes import DEADLINE_SECONDS, LoggedProcess
+from tests.processes import DEADLINE_SECONDS, STOP_SECONDS, LoggedProcess
 from tests.test_agent import fetch, free_port, metric
 
 RATE = 1_000_000_000  # bytes per second
@@ -131,7 +131,7 @@ def test_sighup_applies_live_settings_logs_restart_ones_and_survives_bad_files(
         status = agent.process.wait(10)
         seconds = time.monotonic() - started
     assert status == 0, agent.lines
-    assert seconds < 2.0
+    assert seconds < STOP_SECONDS
     assert agent.lines[-1].endswith("stopped")
 
 

@@ -203,6 +203,7 @@ def test_every_burst_found_on_time(testbed_run: Run) -> None:
     assert len(truth) >= 20
     matched: set[int] = set()
     problems, disturbed = [], []
+    disturbed_spans: list[tuple[int, int]] = []
     start_errors, duration_errors, peaks = [], [], []
     for burst in truth:
         start, end = burst["start_ns"], burst["end_ns"]
@@ -211,6 +212,7 @@ def test_every_burst_found_on_time(testbed_run: Run) -> None:
         reason = disturbance(testbed_run, burst)
         if reason is not None:
             disturbed.append(f"burst at {start}: {reason}")
+            disturbed_spans.append((start, end))
             continue
         if overlapping.size == 0:
             problems.append(f"burst at {start}: not found")
@@ -222,6 +224,7 @@ def test_every_burst_found_on_time(testbed_run: Run) -> None:
                 problems.append(f"burst at {start}: split by {int(pauses.max()) / 1e6:.1f} ms")
                 continue
             disturbed.append(f"burst at {start}: the wire paused {int(pauses.max()) / 1e6} ms")
+            disturbed_spans.append((start, end))
             continue
         start_error_ms = (int(found.start_ns[first]) - start) / 1e6
         duration_ms = (end - start) / 1e6
@@ -248,8 +251,21 @@ def test_every_burst_found_on_time(testbed_run: Run) -> None:
     )
     assert not problems, problems
     assert judged >= MIN_JUDGED, f"only {judged} undisturbed bursts to judge: {disturbed}"
-    # Nothing else above the burst threshold: the background stays far below it.
-    assert matched == set(range(len(found)))
+    # Nothing else above the burst threshold: the background stays far below it. A burst
+    # found beside a disturbed one (its tail, placed late by a paused sampler) is part of
+    # that disturbance; anywhere else it is a false burst.
+    false_bursts = [
+        int(found.start_ns[i])
+        for i in sorted(set(range(len(found))) - matched)
+        if not any(
+            int(found.start_ns[i]) < end + MAX_WIRE_PAUSE_NS
+            and int(found.end_ns[i]) > start - MAX_WIRE_PAUSE_NS
+            for start, end in disturbed_spans
+        )
+    ]
+    assert not false_bursts, (
+        f"bursts found where none was sent: {_explain(testbed_run, false_bursts)}"
+    )
 
 
 def _reasons(disturbed: list[str]) -> str:
@@ -279,3 +295,25 @@ def test_contrast_low_coarse_mean_and_line_rate_millisecond_peak(testbed_run: Ru
     ratio = summary.peak_to_mean_ratio
     assert ratio is not None and ratio > 4
     assert summary.saturated_ns_in_quiet_windows > 0
+
+
+def _explain(run: Run, starts: list[int]) -> list[str]:
+    """Each false burst with what was around it, for the failure message."""
+    truth = run.truth["bursts"]
+    found = run.bursts
+    lines = []
+    for start in starts:
+        i = int(np.flatnonzero(found.start_ns == start)[0])
+        end = int(found.end_ns[i])
+        nearest = min(truth, key=lambda b: min(abs(b["start_ns"] - end), abs(b["end_ns"] - start)))
+        near = np.flatnonzero(
+            (run.timestamp_ns > start - 5_000_000) & (run.timestamp_ns < end + 5_000_000)
+        )
+        steps = np.diff(run.timestamp_ns[near]).tolist()
+        lines.append(
+            f"{(end - start) / 1e6:.2f} ms at {start}, "
+            f"peak {float(found.peak_utilization[i]):.2f}; "
+            f"nearest sent burst {nearest['start_ns']}..{nearest['end_ns']} "
+            f"(starved {nearest.get('starved_ns', 0)}); sample steps around: {steps}"
+        )
+    return lines
