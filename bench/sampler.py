@@ -178,9 +178,9 @@ int main(int argc, char **argv) {
         window[ticks] = last - first;
         ticks++;
         deadline += interval;
-        int64_t finished = now_ns();
-        if (finished >= deadline + interval) {
-            int64_t skipped = (finished - deadline) / interval;
+        int64_t earliest = now_ns() + interval / 2;  /* the sampler's rule: never closer */
+        if (deadline < earliest) {
+            int64_t skipped = (earliest - deadline + interval - 1) / interval;
             missed += skipped;
             deadline += skipped * interval;
         }

@@ -67,8 +67,8 @@ HELP: dict[str, str] = {
     "burstscope_port_pfc_pause_frames_total": "PFC pause frames per priority and direction "
     "(ethtool {rx,tx}_prio<N>_pause).",
     "burstscope_sampler_ticks_total": "Ticks the sampler ran.",
-    "burstscope_sampler_missed_ticks_total": "Deadlines the sampler skipped because it was "
-    "more than a whole interval late.",
+    "burstscope_sampler_missed_ticks_total": "Deadlines the sampler skipped: those that "
+    "would have followed a late tick by less than half an interval.",
     "burstscope_sampler_lateness_seconds": "Wake-up time minus deadline, per tick.",
     "burstscope_sampler_interval_seconds": "The sampling interval.",
     "burstscope_sampler_up": "1 while the sampler process is alive.",

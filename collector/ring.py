@@ -36,7 +36,7 @@ class Field(enum.IntEnum):
     CAPACITY = 2
     HEAD = 3  # rows written since start; row i lives at slot i % capacity
     TICKS = 4  # ticks run
-    MISSED_TICKS = 5  # deadlines skipped because the sampler was over a whole interval late
+    MISSED_TICKS = 5  # deadlines skipped: they would have followed a late tick too closely
     STATE = 6  # SamplerState
     STOP_REQUESTED = 7
     HEARTBEAT_NS = 8  # CLOCK_MONOTONIC of the latest tick

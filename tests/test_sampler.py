@@ -89,6 +89,25 @@ def test_record_loopback_at_one_millisecond(tmp_path: Path) -> None:
     assert columns["rebaseline"][0] and not columns["rebaseline"][1:].any()
 
 
+def test_samples_are_never_closer_than_half_an_interval(tmp_path: Path) -> None:
+    """Beside two busy loops the sampler runs late; the deadlines right after a late tick are
+    skipped and counted, never run at once (two samples microseconds apart turn one packet
+    into a 'burst' at several times line rate)."""
+    hog = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass"
+    hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(2)]
+    out = tmp_path / "trace"
+    out.mkdir()
+    try:
+        summary = record(NetdevSource(("lo",)), out, 3.0, SamplerConfig())
+    finally:
+        for process in hogs:
+            process.kill()
+            process.wait()
+    steps = np.diff(_read(out)["timestamp_ns"])
+    assert steps.min() >= 500_000, (steps.min(), summary)
+    assert 2900 <= summary.rows + summary.missed_ticks <= 3100, summary
+
+
 def test_a_port_that_fails_mid_run_is_retried_and_rebaselined(
     sysfs_copy: Path, tmp_path: Path
 ) -> None:
