@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
+import threading
+from types import FrameType
 
 
 def command() -> str:
@@ -26,3 +29,15 @@ def plot_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGINT or SIGTERM: long-running commands end cleanly and report."""
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    return stop

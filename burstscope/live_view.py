@@ -5,14 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import signal
 import sys
 import termios
 import threading
 import time
 import tty
 from collections.abc import Callable, Iterator
-from types import FrameType
 from typing import TextIO
 
 from rich.console import Console
@@ -22,6 +20,7 @@ from rich.table import Table
 from burstscope.agent import AgentSettings
 from burstscope.arguments import PLAIN_EVERY_SECONDS
 from burstscope.errors import UsageError
+from burstscope.invocation import stop_on_signals
 from burstscope.top_view import plain_lines, table
 from collector.pipeline import Pipeline, Snapshot
 from collector.sampler import SamplerError
@@ -92,17 +91,6 @@ def watch(
             if key(1 / REFRESH_PER_SECOND) in ("q", "Q"):
                 break
             live.update(view())
-
-
-def stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)
-    return stop
 
 
 def watch_source(

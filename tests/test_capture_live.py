@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from collector import rocegen
 from collector import testbed as bed_module
 from collector.testbed import RECEIVER_ADDRESS, RECEIVER_INTERFACE, SENDER_ADDRESS
 from tests.conftest import integration_unavailable, require_binary, require_root
+from tests.processes import LoggedProcess
 
 pytestmark = pytest.mark.integration
 
@@ -30,18 +30,17 @@ def test_live_capture_sees_the_generator(request: pytest.FixtureRequest, tmp_pat
         integration_unavailable(f"cannot build the namespace testbed: {exc}")
     written = tmp_path / "live.pcap"
     truth_file = tmp_path / "truth.json"
-    capture = subprocess.Popen(
+    capture = LoggedProcess(
         [
             *bed.exec_prefix(bed.receiver),
             *(sys.executable, "-m", "burstscope.cli", "capture", "--json"),
-            *("--interface", RECEIVER_INTERFACE, "--duration", "4", "--write", str(written)),
+            *("--interface", RECEIVER_INTERFACE, "--duration", "120", "--write", str(written)),
         ],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
-    request.addfinalizer(lambda: capture.kill() if capture.poll() is None else None)
-    time.sleep(1.0)  # the capture socket is open before the first packet
+    request.addfinalizer(capture.kill)
+    # The first packet goes out once the capture socket receives, however long start-up took.
+    capture.wait_log(f"capturing on {RECEIVER_INTERFACE}")
     generator = subprocess.run(
         [
             *bed.exec_prefix(),
@@ -54,8 +53,10 @@ def test_live_capture_sees_the_generator(request: pytest.FixtureRequest, tmp_pat
         timeout=30,
     )
     assert generator.returncode == 0, generator.stderr
-    out, err = capture.communicate(timeout=30)
-    assert capture.returncode == 0, err
+    # Traffic is over: end the capture now instead of waiting out its --duration.
+    assert capture.stop(timeout=60) == 0, capture.stderr
+    assert capture.process.stdout is not None
+    out = capture.process.stdout.read()
     live = json.loads(out)
     truth = json.loads(truth_file.read_text())
     assert live["kernel_drops"] == 0

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from burstscope.errors import UsageError
+from burstscope.invocation import stop_on_signals
 from collector.capture.analysis import analyze_capture
 from collector.capture.coflows import MappingError, collisions, read_mapping
 from collector.capture.decode import decode
@@ -59,7 +60,18 @@ def run(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {}
     try:
         if args.interface is not None:
-            live = capture(args.interface, args.duration, args.snaplen)
+            live = capture(
+                args.interface,
+                args.duration,
+                args.snaplen,
+                on_ready=lambda: print(
+                    f"capturing on {args.interface} for {args.duration:g} s "
+                    "(Ctrl-C or SIGTERM ends it early and reports what was captured)",
+                    file=sys.stderr,
+                    flush=True,
+                ),
+                should_stop=stop_on_signals().is_set,
+            )
             extra = {"interface": args.interface, "kernel_drops": live.kernel_drops}
             if args.write is not None:
                 try:

@@ -18,7 +18,8 @@ from burstscope import invocation
 from burstscope.agent import Agent, AgentSettings, trace_info
 from burstscope.arguments import add_every_argument, check_every
 from burstscope.errors import UsageError
-from burstscope.live_view import stop_on_signals, watch
+from burstscope.invocation import stop_on_signals
+from burstscope.live_view import watch
 from burstscope.report_model import analyze_paths
 from burstscope.report_view import print_table, to_json
 from collector.discovery import DEFAULT_SYSFS_ROOT

@@ -10,6 +10,7 @@ import io
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from collector.capture.pcap import LINKTYPE_ETHERNET, PcapWriter
@@ -34,7 +35,15 @@ class LiveCapture:
     kernel_drops: int  # dropped by the socket (PACKET_STATISTICS tp_drops)
 
 
-def capture(interface: str, duration_seconds: float, snaplen: int = DEFAULT_SNAPLEN) -> LiveCapture:
+def capture(
+    interface: str,
+    duration_seconds: float,
+    snaplen: int = DEFAULT_SNAPLEN,
+    on_ready: Callable[[], None] = lambda: None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> LiveCapture:
+    """Capture for ``duration_seconds`` or until ``should_stop()``; ``on_ready`` is called
+    once the socket receives."""
     try:
         sock = _packet_socket()
     except PermissionError:
@@ -52,13 +61,14 @@ def capture(interface: str, duration_seconds: float, snaplen: int = DEFAULT_SNAP
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         _statistics(sock)  # reading resets the kernel's counts: start from zero
+        on_ready()
         out = io.BytesIO()
         writer = PcapWriter(out, LINKTYPE_ETHERNET, snaplen)
         buffer = bytearray(snaplen)
         view = memoryview(buffer)
         ancillary = socket.CMSG_SPACE(16)
         deadline = time.monotonic() + duration_seconds
-        while True:
+        while not should_stop():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
