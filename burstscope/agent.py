@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -35,10 +36,11 @@ from collector.mqtt import (
     mqtt_settings_from_args,
 )
 from collector.pipeline import Pipeline, wait_for_first_sample
+from collector.recording import Recording, Retention
 from collector.sampler import SamplerConfig, SamplerError, parse_interval
 from collector.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
 from collector.sources.base import CounterSource
-from collector.trace import TraceError, TraceInfo, TraceWriter, prepare_output
+from collector.trace import DIRECTORY_MODE, TraceError, TraceInfo, TraceWriter, prepare_output
 from detectors.config import Thresholds
 
 _LOG = logging.getLogger("burstscope.agent")
@@ -58,6 +60,7 @@ class AgentSettings:
     mqtt: MqttSettings | None = None  # --mqtt: publish burst and link events
     recording_dir: str | None = None  # --record / [recording] path
     recording_piece_seconds: float = 5.0
+    retention: Retention = field(default_factory=Retention)  # [recording] max_bytes, max_age
     source_spec: str | None = None  # as given, for a reload and the trace's metadata
     line_rate_gbits: float | None = None  # --line-rate / line_rate_gbits, if given
 
@@ -113,6 +116,13 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         chosen = Thresholds(**thresholds)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    spin = config.get("sampler", "spin", 0)
+    if spin >= interval:
+        # Spinning a whole interval or more busy-waits every tick: a core burnt for nothing.
+        raise UsageError(
+            f"sampler.spin {spin / 1e6:g} ms must be shorter than the sampling interval "
+            f"({interval / 1e6:g} ms)"
+        )
     return AgentSettings(
         source=source,
         sampler=SamplerConfig(
@@ -129,25 +139,32 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         mqtt=_mqtt_settings(args, config),
         recording_dir=pick("record", "recording", "path", None),
         recording_piece_seconds=config.get("recording", "piece_seconds", 5.0),
+        retention=Retention(
+            config.get("recording", "max_bytes", None), config.get("recording", "max_age", None)
+        ),
         source_spec=spec,
         line_rate_gbits=line_rate,
     )
 
 
-def open_recording(settings: AgentSettings) -> TraceWriter | None:
+def open_recording(settings: AgentSettings) -> Recording | None:
     """A trace for this run under the recording directory, so restarts never collide."""
     if settings.recording_dir is None:
         return None
     started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = Path(settings.recording_dir) / started
+    root = Path(settings.recording_dir)
+    path = root / started
     try:
-        Path(settings.recording_dir).mkdir(parents=True, exist_ok=True)
+        if not root.is_dir():
+            root.mkdir(parents=True)
+            os.chmod(root, DIRECTORY_MODE)
         prepare_output(path)
     except OSError as exc:
         raise UsageError(f"cannot record to {settings.recording_dir!r}: {exc.strerror}") from None
     except TraceError as exc:
         raise UsageError(str(exc)) from None
-    return TraceWriter(path, settings.recording_piece_seconds, trace_info(settings))
+    writer = TraceWriter(path, settings.recording_piece_seconds, trace_info(settings))
+    return Recording(writer, root, settings.retention)
 
 
 def trace_info(settings: AgentSettings) -> TraceInfo:
@@ -172,7 +189,9 @@ def setup_logging(level: str = "info") -> None:
 class Agent:
     """The running agent: pipeline plus metrics server; start() then stop()."""
 
-    def __init__(self, settings: AgentSettings, trace: TraceWriter | None = None) -> None:
+    def __init__(
+        self, settings: AgentSettings, trace: TraceWriter | Recording | None = None
+    ) -> None:
         self.settings = settings
         self.pipeline = Pipeline(
             settings.source,
@@ -233,7 +252,11 @@ def _restart_only(settings: AgentSettings) -> dict[str, Any]:
         "sampler": (sampler.realtime_priority, sampler.cpu, sampler.spin_ns),
         "listen.address": settings.listen,
         "listen TLS": settings.tls,
-        "recording": (settings.recording_dir, settings.recording_piece_seconds),
+        "recording": (
+            settings.recording_dir,
+            settings.recording_piece_seconds,
+            settings.retention,
+        ),
     }
 
 
@@ -351,10 +374,17 @@ def serve(args: argparse.Namespace) -> int:
     notifier = Notifier()
     wake = threading.Event()
     pending: list[int] = []
+    fatal: list[str] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         pending.append(signum)
         wake.set()
+
+    def on_fatal(reason: str) -> None:
+        fatal.append(reason)
+        wake.set()
+
+    agent.pipeline.on_fatal = on_fatal
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, on_signal)
@@ -379,6 +409,11 @@ def serve(args: argparse.Namespace) -> int:
         while True:
             wake.wait()
             wake.clear()
+            if fatal:
+                # Restarting did not cure it: exit non-zero so the service manager (or
+                # whoever runs us) sees the failure instead of a node that looks healthy.
+                _LOG.critical("stopping: %s", fatal[0])
+                return 1
             if signal.SIGTERM in pending or signal.SIGINT in pending:
                 break
             if signal.SIGHUP in pending:

@@ -8,11 +8,17 @@ Layout (all tables and keys optional; command-line flags override the file)::
     [sampler]     realtime_priority, cpu, spin
     [mqtt]        url, username, password, ca_file, cert_file, key_file, spool_dir,
                   spool_messages, merge_gap, max_events_per_second
-    [recording]   path, piece_seconds
+    [recording]   path, piece_seconds, max_bytes, max_age
+
+``parse_config`` checks each value on its own (types, finite numbers, ranges, durations,
+URLs); what depends on several values or on the machine (the source SPEC and its ports, the
+spin against the interval, TLS files) is checked where the agent builds its settings, and
+``--check-config`` runs that same code (burstscope.commands.agent.settings_from_args).
 """
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from collector.http import DEFAULT_LISTEN, HttpError, parse_listen
+from collector.mqtt.settings import MqttSettingsError, parse_broker_url
+from collector.recording import parse_age, parse_size
 from collector.sampler import parse_interval
 
 
@@ -44,7 +52,41 @@ def _ratio(value: Any) -> float:
 def _positive(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ValueError(f"must be a positive number, not {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, not {value!r}")
     return float(value)
+
+
+def _number(low: float, high: float, unit: str = "") -> Callable[[Any], float]:
+    """A finite number in [low, high]: nan, inf and 1e308 are refused here, not at start."""
+
+    def check(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"must be a number, not {type(value).__name__}")
+        if not math.isfinite(value) or not low <= value <= high:
+            raise ValueError(f"must be between {low:g}{unit} and {high:g}{unit}, not {value!r}")
+        return float(value)
+
+    return check
+
+
+def _mqtt_url(value: Any) -> str:
+    text = _string(value)
+    try:
+        parse_broker_url(text)
+    except MqttSettingsError as exc:
+        raise ValueError(str(exc).removeprefix("--mqtt ")) from None
+    return text
+
+
+def _size(value: Any) -> int:
+    if not isinstance(value, int | str):
+        raise ValueError(f"must be a size like 512MB, not {type(value).__name__}")
+    return parse_size(value)
+
+
+def _age(value: Any) -> float:
+    return parse_age(_string(value))
 
 
 def _integer(low: int, high: int) -> Callable[[Any], int]:
@@ -106,7 +148,8 @@ SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
         "exclude": _regex,
         "line_rate_gbits": _positive,
         "interval": _interval,
-        "slow_interval": _positive,
+        # Every slow read is a firmware command on mlx5: at most once a second.
+        "slow_interval": _number(1.0, 3600.0, " s"),
     },
     "thresholds": {"burst": _ratio, "saturated": _ratio, "idle": _ratio, "busy": _ratio},
     "listen": {
@@ -121,7 +164,7 @@ SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
         "spin": _duration,
     },
     "mqtt": {
-        "url": _string,
+        "url": _mqtt_url,
         "username": _string,
         "password": _string,
         "ca_file": _readable_file,
@@ -130,9 +173,15 @@ SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
         "spool_dir": _string,
         "spool_messages": _integer(1, 10_000_000),
         "merge_gap": _interval,
-        "max_events_per_second": _positive,
+        "max_events_per_second": _number(0.001, 1_000_000, ""),
     },
-    "recording": {"path": _string, "piece_seconds": _positive},
+    "recording": {
+        "path": _string,
+        # The loss bound on SIGKILL, and the unit of retention.
+        "piece_seconds": _number(0.1, 3600.0, " s"),
+        "max_bytes": _size,
+        "max_age": _age,
+    },
 }
 
 

@@ -55,7 +55,11 @@ HELP: dict[str, str] = {
     "reset, driver reload, perfquery -R); the interval across it is not counted.",
     "burstscope_port_failed_reads_total": "Sampler reads of the port's data counters that "
     "failed; the port is retried with backoff.",
-    "burstscope_port_state": "Logical port state number (state: 1 DOWN .. 4 ACTIVE).",
+    "burstscope_port_refused_readings_total": "Counter readings refused, by counter file and "
+    "reason (negative, out_of_range, not_a_number, or the errno of a failed read such as "
+    "EIO): the reading is dropped and the counter rebaselined; other ports carry on.",
+    "burstscope_port_state": "Logical port state number (state: 1 DOWN .. 4 ACTIVE); absent "
+    "while the state cannot be read (the port is gone).",
     "burstscope_port_link_downed_total": "Times the link went down (counters/link_downed, "
     "8-bit, stops at 255).",
     "burstscope_port_errors_total": "Link error PortCounters by kernel name (symbol_error, "
@@ -73,6 +77,16 @@ HELP: dict[str, str] = {
     "burstscope_sampler_interval_seconds": "The sampling interval.",
     "burstscope_sampler_up": "1 while the sampler process is alive.",
     "burstscope_sampler_realtime": "1 when the sampler runs under SCHED_FIFO.",
+    "burstscope_restarts_total": "Times a supervised component (the sampler process, the "
+    "slow poller thread) died or stalled and was restarted.",
+    "burstscope_recording_paused": "1 while recording is paused because pieces cannot be "
+    "written (full disk, EMFILE); detection and export go on.",
+    "burstscope_recording_pauses_total": "Times a piece could not be written and recording paused.",
+    "burstscope_recording_dropped_samples_total": "Samples not recorded because recording "
+    "was paused or their piece could not be written.",
+    "burstscope_recording_bytes": "Bytes of closed pieces kept under the recording "
+    "directory, after retention (recording.max_bytes, recording.max_age).",
+    "burstscope_recording_deleted_pieces_total": "Pieces deleted by retention, oldest first.",
     "burstscope_ring_lost_samples_total": "Ticks overwritten in the ring before the agent "
     "read them (the consumer fell more than 60 s behind).",
     "burstscope_source_read_duration_seconds": "Duration of one read of a source: one "
@@ -240,11 +254,25 @@ class BurstscopeCollector(Collector):
             )
             out.counter("burstscope_port_data_resets_total", PORT, key, resets)
             out.counter("burstscope_port_failed_reads_total", PORT, key, port.failed_reads)
+            for (counter, reason), count in sorted(port.refused.items()):
+                out.counter(
+                    "burstscope_port_refused_readings_total",
+                    (*PORT, "counter", "reason"),
+                    [*key, counter, reason],
+                    count,
+                )
 
     @staticmethod
     def _slow(out: _Families, snap: Snapshot) -> None:
         if snap.slow is None:
             return
+        for (device, port, name, reason), count in sorted(snap.slow.refused.items()):
+            out.counter(
+                "burstscope_port_refused_readings_total",
+                (*PORT, "counter", "reason"),
+                [device, str(port), name, reason],
+                count,
+            )
         for state in sorted(snap.slow.counters.values(), key=_order):
             key = [state.device, str(state.port)]
             name = state.name
@@ -289,6 +317,19 @@ class BurstscopeCollector(Collector):
         out.gauge("burstscope_sampler_up", (), [], 1.0 if health.sampler_alive else 0.0)
         out.gauge("burstscope_sampler_realtime", (), [], 1.0 if health.realtime else 0.0)
         out.counter("burstscope_ring_lost_samples_total", (), [], health.lost_rows)
+        for component, restarts in sorted(health.restarts.items()):
+            out.counter("burstscope_restarts_total", ("component",), [component], restarts)
+        recording = snap.recording
+        if recording is not None:
+            out.gauge("burstscope_recording_paused", (), [], 1.0 if recording.paused else 0.0)
+            out.counter("burstscope_recording_pauses_total", (), [], recording.pauses)
+            out.counter(
+                "burstscope_recording_dropped_samples_total", (), [], recording.dropped_rows
+            )
+            out.gauge("burstscope_recording_bytes", (), [], recording.bytes_kept)
+            out.counter(
+                "burstscope_recording_deleted_pieces_total", (), [], recording.deleted_pieces
+            )
         out.histogram(
             "burstscope_source_read_duration_seconds",
             ("source",),

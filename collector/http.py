@@ -1,23 +1,45 @@
-"""The /metrics endpoint: prometheus-client's WSGI app behind a router, optionally with (m)TLS.
+"""The /metrics endpoint: a router over a shared exposition, optionally with (m)TLS.
 
 prometheus-client's own ``start_http_server`` answers every path with metrics; an
-exporter should answer 404 for unknown paths, so the app is wrapped in a small router
-and served with the library's threading WSGI server.
+exporter should answer 404 for unknown paths, so the app is a small router, served with
+the library's threading WSGI server (stdlib socketserver + wsgiref), hardened for a
+node that hundreds of clients and a few bad ones can reach:
+
+- the TLS handshake runs in the connection's own thread under HANDSHAKE_SECONDS, never in
+  the accepting thread, so one silent TCP connection cannot stop every HTTPS scrape;
+- every connection reads under READ_TIMEOUT_SECONDS (socket timeout per recv);
+- at most MAX_CONNECTIONS are served at once; beyond that a connection is answered 503
+  (HTTP) or closed (HTTPS) at once, and counted, instead of piling up threads;
+- the listen backlog is LISTEN_BACKLOG (the kernel caps it at net.core.somaxconn), not 5;
+- the exposition is built at most once per EXPOSITION_MAX_AGE_SECONDS and shared by every
+  scrape in that time, encoded once per format and ``name[]`` filter (matched against
+  sample names, as prometheus-client's restricted registry does).
+
+Why not another server: waitress has no TLS; cheroot and uvicorn would each add a
+dependency and a second threading or event-loop model beside the one the agent already
+runs, for the four limits above, which the standard library's socket timeouts give us
+in a few lines. A thread per connection is cheap at MAX_CONNECTIONS, and the sampler runs
+in its own process, so scrape threads cannot delay a tick through the GIL.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import ipaddress
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import ThreadingWSGIServer, choose_encoder, gzip_accepted
+from prometheus_client.metrics_core import Metric
 
 # Registered nowhere yet; chosen from the unassigned range of the Prometheus default port
 # allocations wiki so it does not clash with node_exporter (9100) or dcgm-exporter (9400).
@@ -29,6 +51,16 @@ _INDEX = b"""<html><head><title>burstscope</title></head><body>
 """
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+
+HANDSHAKE_SECONDS = 5.0
+READ_TIMEOUT_SECONDS = 10.0
+MAX_CONNECTIONS = 512
+LISTEN_BACKLOG = 1024
+EXPOSITION_MAX_AGE_SECONDS = 0.5
+_BUSY = (
+    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\n"
+    b"Connection: close\r\n\r\ntoo many connections\n"
+)
 
 
 class HttpError(Exception):
@@ -75,20 +107,102 @@ def tls_context(tls: TlsConfig) -> ssl.SSLContext:
 class _QuietHandler(WSGIRequestHandler):
     """No access log on stderr: scrapes every second would drown the journal."""
 
+    timeout = READ_TIMEOUT_SECONDS  # StreamRequestHandler.setup() applies it to the socket
+
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+class _Families:
+    """A fixed list of families as a collector, for prometheus-client's encoders."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self._families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+class SharedExposition:
+    """The registry collected at most once per ``max_age`` seconds; encodings shared.
+
+    Concurrent scrapes wait on one lock: the first builds, the rest take its bytes. A
+    ``name[]`` filter keeps the samples whose names it lists, as prometheus-client's
+    ``restricted_registry`` does (which finds nothing for a collector that describes no
+    names up front, like ours).
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry, max_age: float = EXPOSITION_MAX_AGE_SECONDS
+    ) -> None:
+        self._registry = registry
+        self._max_age = max_age
+        self._lock = threading.Lock()
+        self._built = -float("inf")
+        self._families: list[Metric] = []
+        self._encoded: dict[tuple[str, tuple[str, ...], bool], tuple[bytes, str]] = {}
+        self.builds = 0
+
+    def render(
+        self, accept: str | None, names: Iterable[str] = (), compress: bool = False
+    ) -> tuple[bytes, str]:
+        """The body and content type for one scrape."""
+        encoder, content_type = choose_encoder(accept or "")
+        key = (content_type, tuple(sorted(set(names))), compress)
+        with self._lock:
+            now = time.monotonic()
+            if now - self._built >= self._max_age:
+                self._families = list(self._registry.collect())
+                self._built = now
+                self._encoded = {}
+                self.builds += 1
+            cached = self._encoded.get(key)
+            if cached is None:
+                families: Iterable[Metric] = self._families
+                if key[1]:
+                    wanted = set(key[1])
+                    families = [
+                        restricted
+                        for family in self._families
+                        if (restricted := _restricted(family, wanted)) is not None
+                    ]
+                body = encoder(_Families(families))
+                if compress:
+                    body = gzip.compress(body)
+                cached = self._encoded[key] = (body, content_type)
+        return cached
+
+
+def _restricted(family: Metric, names: set[str]) -> Metric | None:
+    samples = [sample for sample in family.samples if sample.name in names]
+    if not samples:
+        return None
+    restricted = Metric(family.name, family.documentation, family.type, family.unit)
+    restricted.samples = samples
+    return restricted
 
 
 def router(
     registry: CollectorRegistry,
 ) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
-    metrics = make_wsgi_app(registry)
+    exposition = SharedExposition(registry)
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         if path == "/metrics":
-            result: Iterable[bytes] = metrics(environ, start_response)
-            return result
+            if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
+                start_response("405 Method Not Allowed", [("Allow", "GET, HEAD")])
+                return [b"use GET\n"]
+            params = parse_qs(environ.get("QUERY_STRING", ""))
+            compress = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", ""))
+            body, content_type = exposition.render(
+                environ.get("HTTP_ACCEPT"), params.get("name[]", ()), compress
+            )
+            headers = [("Content-Type", content_type)]
+            if compress:
+                headers.append(("Content-Encoding", "gzip"))
+            start_response("200 OK", headers)
+            return [body]
         if path == "/":
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
             return [_INDEX]
@@ -96,6 +210,54 @@ def router(
         return [b"not found: try /metrics\n"]
 
     return app
+
+
+class _HardenedServer(ThreadingWSGIServer):
+    """One thread per connection, at most MAX_CONNECTIONS, TLS handshakes in that thread."""
+
+    request_queue_size = LISTEN_BACKLOG
+    daemon_threads = True
+    tls: ssl.SSLContext | None = None
+    max_connections = MAX_CONNECTIONS
+    handshake_seconds = HANDSHAKE_SECONDS
+
+    def server_activate(self) -> None:
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self.refused_connections = 0
+        self.failed_handshakes = 0
+        super().server_activate()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.refused_connections += 1
+            if self.tls is None:
+                with contextlib.suppress(OSError):
+                    request.setblocking(False)
+                    request.send(_BUSY)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            if self.tls is not None:
+                request.settimeout(self.handshake_seconds)
+                try:
+                    request = self.tls.wrap_socket(request, server_side=True)
+                except (OSError, ssl.SSLError):
+                    self.failed_handshakes += 1  # silent, slow or not TLS at all
+                    self.shutdown_request(request)
+                    return
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hung up or timed out is not the agent's error
 
 
 class MetricsServer:
@@ -107,17 +269,16 @@ class MetricsServer:
         host, port = parse_listen(listen)
         context = tls_context(tls) if tls is not None else None
 
-        class Server(ThreadingWSGIServer):
+        class Server(_HardenedServer):
             address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
+        Server.tls = context
         try:
             self._httpd = make_server(
                 host or "0.0.0.0", port, router(registry), Server, handler_class=_QuietHandler
             )
         except OSError as exc:
             raise HttpError(f"cannot listen on {listen}: {exc.strerror}") from None
-        if context is not None:
-            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
         self.port = self._httpd.server_port
         self.scheme = "https" if context is not None else "http"
         self._thread = threading.Thread(

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from collector.recording import Recording, RecordingHealth
 from collector.ring import Field, Ring, RingReader
 from collector.sampler import Sampler, SamplerConfig, SamplerError, tuning_notes
 from collector.slow_poller import SlowPoller, SlowSnapshot
@@ -36,6 +37,21 @@ _LOG = logging.getLogger(__name__)
 DRAIN_SECONDS = 0.1
 # Sampler lateness and read durations, in seconds: 1 us .. 10 ms.
 TIMING_BUCKETS_SECONDS = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2)
+
+# Supervision: a sampler that died or stopped ticking, or a slow poller thread that ended
+# or hung in a read, is restarted after a backoff that doubles from FIRST_RESTART_SECONDS
+# to MAX_RESTART_SECONDS and starts over after HEALTHY_SECONDS of good running. More than
+# MAX_RESTARTS restarts within RESTART_WINDOW_SECONDS is a fault restarting does not cure:
+# the pipeline gives up (on_fatal) so the service manager sees the agent fail.
+FIRST_RESTART_SECONDS = 0.25
+MAX_RESTART_SECONDS = 30.0
+HEALTHY_SECONDS = 60.0
+MAX_RESTARTS = 4
+RESTART_WINDOW_SECONDS = 120.0
+# No tick for this long (or three intervals, if longer): the sampler is stalled.
+SAMPLER_STALL_SECONDS = 5.0
+# A slow poll busy for this long (or ten poll intervals, if longer) is stuck.
+SLOW_STALL_SECONDS = 30.0
 
 BurstListener = Callable[[PortSpec, str, Bursts], None]
 
@@ -57,6 +73,8 @@ class PortView:
     spec: PortSpec
     directions: dict[str, DirectionView]
     failed_reads: int
+    # Data counter readings refused, by (counter file, reason: negative, EIO, ...).
+    refused: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +91,7 @@ class Health:
     read_buckets: npt.NDArray[np.int64]
     read_sum_seconds: float
     heartbeat_ns: int
+    restarts: dict[str, int] = field(default_factory=dict)  # by component: sampler, slow_poller
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +102,7 @@ class Snapshot:
     health: Health
     slow: SlowSnapshot | None
     thresholds: Thresholds
+    recording: RecordingHealth | None = None
 
 
 @dataclass(slots=True)
@@ -92,6 +112,29 @@ class _PortState:
     live: dict[str, LiveDirection] = field(default_factory=dict)
     latest: dict[str, int] = field(default_factory=dict)
     failed_reads: int = 0
+    refused: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Supervised:
+    """Restart bookkeeping of one supervised component."""
+
+    name: str
+    restarts: int = 0
+    recent: list[float] = field(default_factory=list)  # monotonic times of recent failures
+    backoff: float = FIRST_RESTART_SECONDS
+    restart_at: float | None = None  # set while waiting to restart
+    healthy_since: float = 0.0
+
+    def failed(self, now: float) -> bool:
+        """Record a failure; False when there were too many to keep restarting."""
+        self.recent = [t for t in self.recent if now - t < RESTART_WINDOW_SECONDS]
+        self.recent.append(now)
+        if now - self.healthy_since >= HEALTHY_SECONDS:
+            self.backoff = FIRST_RESTART_SECONDS
+        self.restart_at = now + self.backoff
+        self.backoff = min(self.backoff * 2, MAX_RESTART_SECONDS)
+        return len(self.recent) <= MAX_RESTARTS
 
 
 class Pipeline:
@@ -104,10 +147,11 @@ class Pipeline:
         thresholds: Thresholds | None = None,
         slow_sources: Sequence[SlowSource] = (),
         slow_interval_seconds: float = 1.0,
-        trace: TraceWriter | None = None,
+        trace: TraceWriter | Recording | None = None,
     ) -> None:
         self.source = source
-        self.trace = trace  # when set, every sample is also recorded
+        # When set, every sample is also recorded; a failing recording pauses, never more.
+        self.trace = Recording(trace) if isinstance(trace, TraceWriter) else trace
         self.thresholds = thresholds or Thresholds()
         self.sampler = Sampler(source, sampler_config)
         self.interval_ns = self.sampler.config.interval_ns
@@ -131,6 +175,13 @@ class Pipeline:
         # What readers see: rebuilt by every drain, immutable, swapped in under the lock.
         self._views = tuple(self._view(state) for state in self._ports)
         self._views_now_ns = 0
+        # Ticks of samplers replaced by a restart or a reload, so the totals stay monotonic.
+        self._ticks_before = 0
+        self._missed_before = 0
+        self._sampler_watch = _Supervised("sampler")
+        self._slow_watch = _Supervised("slow_poller")
+        self.failure: str | None = None  # why supervision gave up
+        self.on_fatal: Callable[[str], None] = lambda reason: None
 
     def _slow_poller(self, sources: Sequence[SlowSource], interval: float) -> SlowPoller | None:
         if not sources:
@@ -159,6 +210,8 @@ class Pipeline:
         self._reader = RingReader(self._ring, self.source.ports)
         if self.slow is not None:
             self.slow.start()
+        now = time.monotonic()
+        self._sampler_watch.healthy_since = self._slow_watch.healthy_since = now
         self._thread = threading.Thread(target=self._run, name="burstscope-pipeline", daemon=True)
         self._thread.start()
 
@@ -173,6 +226,116 @@ class Pipeline:
                 self.drain()
             except Exception:  # keep serving; the failure shows in the log and health
                 _LOG.exception("pipeline drain failed")
+            if self.failure is None:
+                try:
+                    self._supervise()
+                except Exception:
+                    _LOG.exception("supervising the sampler failed")
+
+    # -- supervision ------------------------------------------------------------------
+    def _supervise(self) -> None:
+        now = time.monotonic()
+        self._supervise_sampler(now)
+        if self.failure is None and self.slow is not None:
+            self._supervise_slow(self.slow, now)
+
+    def _give_up(self, component: str, reason: str) -> None:
+        self.failure = (
+            f"{reason}; {MAX_RESTARTS + 1} failures within {RESTART_WINDOW_SECONDS:g} s: "
+            f"giving up on the {component}"
+        )
+        _LOG.critical("%s", self.failure)
+        self.on_fatal(self.failure)
+
+    def _supervise_sampler(self, now: float) -> None:
+        watch = self._sampler_watch
+        if watch.restart_at is not None:
+            if now >= watch.restart_at:
+                self._restart_sampler(watch, now)
+            return
+        sampler = self.sampler
+        reason = None
+        if not sampler.alive:
+            reason = f"the sampler process died ({sampler.failure()})"
+        elif self._ring is not None:
+            stall_ns = max(SAMPLER_STALL_SECONDS * 1e9, 3 * self.interval_ns)
+            heartbeat = self._ring.get(Field.HEARTBEAT_NS)
+            if heartbeat and time.monotonic_ns() - heartbeat > stall_ns:
+                reason = (
+                    f"the sampler process stalled (pid {sampler.pid}: no tick for "
+                    f"{(time.monotonic_ns() - heartbeat) / 1e9:.1f} s); killed"
+                )
+                sampler.kill()
+        if reason is None:
+            return
+        with self._drain_lock:
+            self._drain()  # what it wrote before it went
+        if not watch.failed(now):
+            self._give_up("sampler", reason)
+            return
+        assert watch.restart_at is not None
+        _LOG.error(
+            "%s; restarting it in %.2g s (restart %d)",
+            reason,
+            watch.restart_at - now,
+            watch.restarts + 1,
+        )
+
+    def _restart_sampler(self, watch: _Supervised, now: float) -> None:
+        watch.restart_at = None
+        candidate = Sampler(self.source, self.sampler.config)
+        try:
+            ring = candidate.start()
+        except SamplerError as exc:
+            candidate.close()
+            reason = f"the sampler did not restart: {exc}"
+            if not watch.failed(now):
+                self._give_up("sampler", reason)
+            else:
+                _LOG.error("%s; trying again in %.2g s", reason, watch.backoff / 2)
+            return
+        with self._drain_lock:
+            self._swap(candidate, self.source, ring)
+        watch.restarts += 1
+        watch.healthy_since = time.monotonic()
+        _LOG.warning(
+            "sampler restarted (pid %s, restart %d); each port's first sample is a new baseline",
+            candidate.pid,
+            watch.restarts,
+        )
+
+    def _supervise_slow(self, slow: SlowPoller, now: float) -> None:
+        watch = self._slow_watch
+        if watch.restart_at is not None:
+            if now >= watch.restart_at:
+                watch.restart_at = None
+                slow.restart()
+                watch.restarts += 1
+                watch.healthy_since = now
+                _LOG.warning("slow poller restarted (restart %d)", watch.restarts)
+            return
+        reason = None
+        busy_since = slow.busy_since_ns
+        stall_ns = max(SLOW_STALL_SECONDS, 10 * slow.interval_seconds) * 1e9
+        if not slow.alive:
+            reason = f"the slow poller thread ended ({slow.failure or 'no reason given'})"
+        elif busy_since is not None and time.monotonic_ns() - busy_since > stall_ns:
+            reason = (
+                f"the slow poller is stuck reading {slow.busy_source} for "
+                f"{(time.monotonic_ns() - busy_since) / 1e9:.0f} s"
+            )
+        if reason is None:
+            return
+        if not watch.failed(now):
+            self._give_up("slow poller", reason)
+            return
+        assert watch.restart_at is not None
+        _LOG.error(
+            "%s; restarting it in %.2g s (restart %d)",
+            reason,
+            watch.restart_at - now,
+            watch.restarts + 1,
+        )
 
     def drain(self) -> None:
         """Move whatever the sampler wrote since the last drain through the detectors.
@@ -189,15 +352,28 @@ class Pipeline:
         # One drain at a time feeds the analyzers (the drain lock); readers see the views
         # built below, swapped in whole under the view lock, so scrapes never wait on it.
         missing_before = list(reader.missing_by_port)
+        refused_before = [dict(refused) for refused in reader.refused_by_port]
         columns, lateness, read_ns = reader.poll_with_timing()
         if self.trace is not None:
             slow = self.slow
-            if slow is not None:
-                self.trace.append_slow(slow.take_rows(reader.wall_offset_ns))
-            self.trace.append(columns)
+            rows = slow.take_rows(reader.wall_offset_ns) if slow is not None else []
+            self.trace.append(columns, rows)  # never raises: a failing recording pauses
         closed: list[tuple[PortSpec, str, Bursts]] = []
         for index, (state, port) in enumerate(zip(self._ports, columns, strict=True)):
             state.failed_reads += reader.missing_by_port[index] - missing_before[index]
+            for key, count in reader.refused_by_port[index].items():
+                new = count - refused_before[index].get(key, 0)
+                if new and key not in state.refused:
+                    _LOG.warning(
+                        "%s port %d: counters/%s refused (%s): the port's samples are "
+                        "dropped and rebaselined until it reads well; counted in "
+                        "burstscope_port_refused_readings_total",
+                        state.spec.device,
+                        state.spec.port,
+                        *key,
+                    )
+                if new:
+                    state.refused[key] = state.refused.get(key, 0) + new
             if not port.timestamp_ns.size:
                 continue
             self._now_ns = max(self._now_ns, int(port.timestamp_ns[-1]))
@@ -231,8 +407,8 @@ class Pipeline:
             ports = self._views
             ring = self._ring
             health = Health(
-                ticks=ring.get(Field.TICKS) if ring else 0,
-                missed_ticks=ring.get(Field.MISSED_TICKS) if ring else 0,
+                ticks=self._ticks_before + (ring.get(Field.TICKS) if ring else 0),
+                missed_ticks=self._missed_before + (ring.get(Field.MISSED_TICKS) if ring else 0),
                 lost_rows=self._reader.lost_rows if self._reader else 0,
                 realtime=bool(ring.get(Field.REALTIME)) if ring else False,
                 cpu=ring.get(Field.CPU) if ring else -1,
@@ -243,10 +419,14 @@ class Pipeline:
                 read_buckets=self._reads.copy(),
                 read_sum_seconds=self._read_sum,
                 heartbeat_ns=ring.get(Field.HEARTBEAT_NS) if ring else 0,
+                restarts={
+                    watch.name: watch.restarts for watch in (self._sampler_watch, self._slow_watch)
+                },
             )
             now = self._views_now_ns
         slow = self.slow.snapshot() if self.slow is not None else None
-        return Snapshot(self.source.name, now, ports, health, slow, self.thresholds)
+        recording = self.trace.health() if self.trace is not None else None
+        return Snapshot(self.source.name, now, ports, health, slow, self.thresholds, recording)
 
     def _view(self, state: _PortState) -> PortView:
         directions = {}
@@ -260,7 +440,7 @@ class Pipeline:
                 resets=analyzer.resets,
                 p99=utilization_quantile(analyzer.finest_histogram, 0.99),
             )
-        return PortView(state.spec, directions, state.failed_reads)
+        return PortView(state.spec, directions, state.failed_reads, dict(state.refused))
 
     def stop(self) -> None:
         self._stop.set()
@@ -367,6 +547,9 @@ class Pipeline:
         views = tuple(self._view(state) for state in ports)
         with self._lock:
             old = self.sampler
+            if self._ring is not None:
+                self._ticks_before += self._ring.get(Field.TICKS)
+                self._missed_before += self._ring.get(Field.MISSED_TICKS)
             self._ports = ports
             self._views = views
             self.source = source

@@ -21,7 +21,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from collector.sources.base import STATUS_MISSING, STATUS_REBASELINE, PortSpec, SampleRow
+from collector.sources.base import (
+    BAD_REASONS,
+    MAX_COUNTER_BYTES,
+    STATUS_BAD,
+    STATUS_MISSING,
+    STATUS_REBASELINE,
+    PortSpec,
+    SampleRow,
+    bad_status,
+    describe_bad_status,
+)
 from collector.trace import PortColumns
 
 _MAGIC = 0x62757273_74736370  # "burstscp"
@@ -110,6 +120,29 @@ def _record_layout(ports: int) -> tuple[np.dtype[Any], struct.Struct]:
     return layout, packer
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _sanitized(row: SampleRow) -> SampleRow:
+    """A copy of ``row`` in which every reading the record cannot hold is refused."""
+    safe = SampleRow(
+        list(row.timestamp_ns), list(row.xmit_bytes), list(row.rcv_bytes), list(row.read_ns), []
+    )
+    low, high = _INT64
+    for index, status in enumerate(row.status):
+        for column in (safe.timestamp_ns, safe.read_ns):
+            column[index] = min(max(int(column[index]), low), high)
+        for counter, column in enumerate((safe.xmit_bytes, safe.rcv_bytes)):
+            value = int(column[index])
+            if not 0 <= value <= MAX_COUNTER_BYTES:
+                reason = BAD_REASONS.index("negative" if value < 0 else "out_of_range")
+                status = bad_status(counter, reason)
+                safe.xmit_bytes[index] = safe.rcv_bytes[index] = 0
+                break
+        safe.status.append(status if 0 <= status <= 255 else bad_status(0, 2))
+    return safe
+
+
 def capacity_for(interval_ns: int, seconds: float = 64.0) -> int:
     """Rows needed to hold at least ``seconds`` of ticks (the design asks for >= 60 s)."""
     return max(1024, int(seconds * 1e9 // interval_ns) + 1)
@@ -179,16 +212,32 @@ class Ring:
         """Writer side: one tick. The row becomes visible when ``head`` advances."""
         header = self.header
         head = int(header[_HEAD])
-        self._pack_into(
-            self._buffer,
-            _HEADER_WORDS * 8 + head % self.capacity * self._record_bytes,
-            lateness_ns,
-            *row.timestamp_ns,
-            *row.xmit_bytes,
-            *row.rcv_bytes,
-            *row.read_ns,
-            *row.status,
-        )
+        offset = _HEADER_WORDS * 8 + head % self.capacity * self._record_bytes
+        try:
+            self._pack_into(
+                self._buffer,
+                offset,
+                lateness_ns,
+                *row.timestamp_ns,
+                *row.xmit_bytes,
+                *row.rcv_bytes,
+                *row.read_ns,
+                *row.status,
+            )
+        except struct.error:
+            # A source handed over a value the record cannot hold: that port's reading
+            # is refused, the tick and every other port are written as usual.
+            safe = _sanitized(row)
+            self._pack_into(
+                self._buffer,
+                offset,
+                lateness_ns,
+                *safe.timestamp_ns,
+                *safe.xmit_bytes,
+                *safe.rcv_bytes,
+                *safe.read_ns,
+                *safe.status,
+            )
         header[_HEAD] = head + 1
 
     def read_since(self, cursor: int) -> tuple[int, RingRows]:
@@ -244,6 +293,8 @@ class RingReader:
         self.cursor = 0
         self.lost_rows = 0
         self.missing_by_port = [0] * len(ports)
+        # Refused readings per port: (counter file, reason) -> count.
+        self.refused_by_port: list[dict[tuple[str, str], int]] = [{} for _ in ports]
 
     @property
     def missing_samples(self) -> int:
@@ -267,8 +318,14 @@ class RingReader:
         columns = []
         for index, spec in enumerate(self.ports):
             status = rows.status[:, index]
-            present = status != STATUS_MISSING
+            present = status < STATUS_MISSING
             self.missing_by_port[index] += int(present.size - np.count_nonzero(present))
+            if status.size and int(status.max()) >= STATUS_BAD:
+                codes, counts = np.unique(status[status >= STATUS_BAD], return_counts=True)
+                refused = self.refused_by_port[index]
+                for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
+                    key = describe_bad_status(int(code))
+                    refused[key] = refused.get(key, 0) + int(count)
             columns.append(
                 PortColumns(
                     device=spec.device,
@@ -281,5 +338,5 @@ class RingReader:
                     rebaseline=status[present] == STATUS_REBASELINE,
                 )
             )
-        read_ns = rows.read_ns[rows.status != STATUS_MISSING]
+        read_ns = rows.read_ns[rows.status < STATUS_MISSING]
         return columns, rows.lateness_ns, read_ns

@@ -218,6 +218,7 @@ class Sampler:
         self.config = config or SamplerConfig()
         self._ring: Ring | None = None
         self._process: Any = None
+        self._receiver: Connection | None = None
 
     @property
     def ring(self) -> Ring:
@@ -247,11 +248,43 @@ class Sampler:
             state, message = receiver.recv()
         except EOFError:
             state, message = "failed", f"sampler exited with status {self._process.exitcode}"
-        receiver.close()
         if state != "running":
+            receiver.close()
             self.stop()
             raise SamplerError(message)
+        # Kept open: a sampler that fails later says why here (see failure()).
+        self._receiver = receiver
         return self.ring
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def failure(self) -> str:
+        """Why a started sampler is no longer running, for one log line."""
+        message = None
+        receiver = self._receiver
+        if receiver is not None:
+            with contextlib.suppress(OSError, EOFError):
+                if receiver.poll(0):
+                    _state, message = receiver.recv()
+        if message:
+            return str(message)
+        code = None if self._process is None else self._process.exitcode
+        if code is None:
+            return "it is still running"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exited with status {code}"
+
+    def kill(self) -> None:
+        """SIGKILL the sampler process (it stalled); the ring stays for a last read."""
+        if self._process is not None and self._process.is_alive():
+            self._process.kill()
+            self._process.join(5)
 
     @property
     def alive(self) -> bool:
@@ -267,6 +300,9 @@ class Sampler:
             self._process.terminate()
             self._process.join(timeout)
         self._process = None
+        if self._receiver is not None:
+            self._receiver.close()
+            self._receiver = None
 
     def close(self) -> None:
         self.stop()

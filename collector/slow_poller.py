@@ -75,10 +75,29 @@ class _RecordedPoll:
     readings: tuple[SlowReading, ...]
 
 
+RefusedKey = tuple[str, int, str, str]  # (device, port, counter name, reason)
+
+
 @dataclass(frozen=True, slots=True)
 class SlowSnapshot:
     counters: dict[CounterKey, CounterState]
     sources: tuple[SourceHealth, ...]  # in the order the sources were given
+    refused: dict[RefusedKey, int] = field(default_factory=dict)  # readings out of range
+
+
+def refusal(reading: SlowReading) -> str | None:
+    """Why a reading cannot be a value of its counter (None: it can).
+
+    A file can say anything (a firmware bug, a driver printing -1 for "unsupported", a
+    FUSE or test tree): a counter's reading must fit its width, a gauge's the trace's
+    unsigned 64-bit column. One bad reading costs that counter that interval only.
+    """
+    top = (1 << 64) - 1 if reading.counter is None else reading.counter.maximum
+    if reading.value < 0:
+        return "negative"
+    if reading.value > top:
+        return "out_of_range"
+    return None
 
 
 @dataclass
@@ -129,9 +148,16 @@ class SlowPoller:
         self._lock = threading.Lock()
         self._trackers: dict[CounterKey, CounterTracker] = {}
         self._counters: dict[CounterKey, CounterState] = {}
+        self._refused: dict[RefusedKey, int] = {}
         self._stop = threading.Event()
         self._final_poll = False
         self._thread: threading.Thread | None = None
+        # Supervision (collector.pipeline): a thread that ended is restarted; one stuck in a
+        # read is replaced by a new thread (generation) and left to return on its own.
+        self._generation = 0
+        self.failure: str | None = None
+        self.busy_since_ns: int | None = None  # CLOCK_MONOTONIC when the current poll began
+        self.busy_source: str | None = None
 
     def adopt(self, previous: SlowPoller) -> None:
         """Carry on the totals of a poller this one replaces (a reload changed the ports).
@@ -164,10 +190,36 @@ class SlowPoller:
         if self._thread is not None:
             raise RuntimeError("SlowPoller already started")
         self._stop.clear()
+        self._spawn()
+
+    def _spawn(self) -> None:
+        self._generation += 1
+        self.failure = None
+        self.busy_since_ns = None
         self._thread = threading.Thread(
-            target=self._run, name="burstscope-slow-poller", daemon=True
+            target=self._run,
+            args=(self._generation,),
+            name="burstscope-slow-poller",
+            daemon=True,
         )
         self._thread.start()
+
+    @property
+    def interval_seconds(self) -> float:
+        """The longest of the sources' poll intervals."""
+        return max((state.interval_ns for state in self._states), default=0) / 1e9
+
+    @property
+    def alive(self) -> bool:
+        """False once started and the thread has ended without being stopped."""
+        thread = self._thread
+        return thread is None or thread.is_alive() or self._stop.is_set()
+
+    def restart(self) -> None:
+        """A new polling thread; one that is stuck in a read exits when it returns."""
+        if self._stop.is_set():
+            return
+        self._spawn()
 
     def stop(self, timeout: float | None = 10.0, final_poll: bool = False) -> None:
         """``final_poll``: read every source once more on the way out, so a recording's
@@ -185,28 +237,42 @@ class SlowPoller:
     def __exit__(self, *_: object) -> None:
         self.stop()
 
-    def _run(self) -> None:
+    def _run(self, generation: int) -> None:
         try:
-            while not self._stop.is_set():
+            while not self._stop.is_set() and generation == self._generation:
                 now = time.monotonic_ns()
                 for state in self._states:
                     if state.next_due_ns <= now:
-                        self._poll(state)
+                        self._poll_guarded(state)
                         # Absolute deadlines, so a slow poll does not shift the cadence;
                         # a source that fell a whole interval behind skips, never bunches.
                         deadline = (state.next_due_ns or now) + state.interval_ns
                         state.next_due_ns = deadline if deadline > now else now + state.interval_ns
                 due = min((s.next_due_ns for s in self._states), default=now + 10**9)
                 self._stop.wait(max(0, due - time.monotonic_ns()) / 1e9)
-            if self._final_poll:
+            if self._final_poll and generation == self._generation:
                 self.poll_once()
+        except BaseException as exc:
+            self.failure = f"{type(exc).__name__}: {exc}"
+            _LOG.debug("slow poller thread ended", exc_info=True)
         finally:
-            self.close()
+            if generation == self._generation:
+                self.close()
+
+    def _poll_guarded(self, state: _SourceState) -> None:
+        self.busy_source = state.source.name
+        self.busy_since_ns = time.monotonic_ns()
+        try:
+            self._poll(state)
+        except Exception as exc:  # whatever one source does stays with that source
+            self._fail(state, f"poll: {type(exc).__name__}: {exc}")
+        finally:
+            self.busy_since_ns = None
 
     def poll_once(self) -> None:
         """Poll every source now, in the caller's thread (for tools and tests; not with start())."""
         for state in self._states:
-            self._poll(state)
+            self._poll_guarded(state)
 
     def close(self) -> None:
         for state in self._states:
@@ -217,10 +283,17 @@ class SlowPoller:
                 except OSError as exc:
                     _LOG.debug("closing slow source %s: %s", state.source.name, exc)
 
+    def _forget_gauges(self, source: str, kept: set[CounterKey]) -> None:
+        """Drop ``source``'s gauges not in ``kept`` (caller holds the lock)."""
+        for key, counter in list(self._counters.items()):
+            if counter.source == source and counter.increment is None and key not in kept:
+                del self._counters[key]
+
     def _fail(self, state: _SourceState, message: str) -> None:
         with self._lock:
             state.errors += 1
             state.last_error = message
+            self._forget_gauges(state.source.name, set())
         if state.opened:
             state.opened = False
             try:
@@ -255,6 +328,32 @@ class SlowPoller:
             for index, bound in enumerate((*READ_BUCKETS_SECONDS, float("inf"))):
                 if seconds <= bound:
                     state.read_buckets[index] += 1
+            accepted = []
+            for reading in readings:
+                reason = refusal(reading)
+                if reason is None:
+                    accepted.append(reading)
+                    continue
+                refused_key = (reading.device, reading.port, reading.name, reason)
+                if refused_key not in self._refused:
+                    _LOG.warning(
+                        "%s port %d: %s reads %d (%s): that reading is dropped and the "
+                        "counter rebaselined; counted in burstscope_port_refused_readings_total",
+                        reading.device,
+                        reading.port,
+                        reading.name,
+                        reading.value,
+                        reason,
+                    )
+                self._refused[refused_key] = self._refused.get(refused_key, 0) + 1
+                # The next good reading starts a new baseline: no increment across this one.
+                self._trackers.pop((reading.device, reading.port, reading.name), None)
+            readings = accepted
+            # A gauge the source no longer reads (the port is gone, its state file fails)
+            # is no longer known: exporting the last value would show a vanished port ACTIVE.
+            self._forget_gauges(
+                source.name, {(r.device, r.port, r.name) for r in readings if r.counter is None}
+            )
             if self._record and readings:
                 self._recorded.append(_RecordedPoll(midpoint, rebaseline, tuple(readings)))
             if isinstance(source, ReportsReadErrors):
@@ -302,4 +401,5 @@ class SlowPoller:
                 )
                 for s in self._states
             )
-        return SlowSnapshot(counters, health)
+            refused = dict(self._refused)
+        return SlowSnapshot(counters, health, refused)

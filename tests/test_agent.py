@@ -259,7 +259,9 @@ def test_unknown_line_rate_is_refused() -> None:
 
 def test_check_config(tmp_path: Path) -> None:
     good = tmp_path / "good.toml"
-    good.write_text('[source]\nspec = "netdev:lo"\n[thresholds]\nsaturated = 0.95\n')
+    good.write_text(
+        '[source]\nspec = "netdev:lo"\nline_rate_gbits = 10\n[thresholds]\nsaturated = 0.95\n'
+    )
     result = burstscope("agent", "--check-config", str(good))
     assert result.returncode == 0 and "configuration is valid" in result.stdout
     bad = tmp_path / "bad.toml"

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from burstscope.agent import serve, setup_logging
+from burstscope.agent import serve, settings_from_args, setup_logging
 from burstscope.arguments import add_source_arguments
-from burstscope.errors import UsageError
-from collector.config import ConfigError, load_config
 from collector.http import DEFAULT_LISTEN
 from collector.logging_journal import LEVELS
 from collector.mqtt import add_mqtt_arguments
@@ -45,10 +43,10 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.check_config is not None:
-        try:
-            load_config(args.check_config)
-        except ConfigError as exc:
-            raise UsageError(str(exc)) from None
+        # Exactly what a start validates (settings_from_args), without starting anything
+        # or creating anything on disk: a file that passes here starts.
+        args.config = args.check_config
+        settings_from_args(args)
         print(f"{args.check_config}: configuration is valid")
         return 0
     setup_logging(args.log_level)

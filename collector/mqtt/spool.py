@@ -8,6 +8,7 @@ touches a spool.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections import deque
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 SPOOL_FILE = "burstscope-mqtt-spool.sqlite3"
+SPOOL_MODE = 0o600
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,11 @@ class SqliteSpool:
         self.path = path / SPOOL_FILE
         self.capacity = capacity
         self.dropped = 0
+        # Owner only, whatever the umask: event payloads name hosts and ports. SQLite gives
+        # the -wal and -shm files the database file's permissions (os_unix.c
+        # findCreateFileMode), so creating this one right is enough.
+        os.close(os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, SPOOL_MODE))
+        os.chmod(self.path, SPOOL_MODE)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")

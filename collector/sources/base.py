@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -16,6 +17,45 @@ if TYPE_CHECKING:  # the trace format loads pyarrow: not for `discover` or `--ve
 STATUS_OK = 0
 STATUS_REBASELINE = 1  # first reading after the counter was (re)opened: no delta into it
 STATUS_MISSING = 2  # the read failed; the port is down and being retried with backoff
+# From STATUS_BAD on, the status byte says which counter file misbehaved and why: one bad
+# file costs its port that tick (and a rebaseline), never the sampler or another port.
+STATUS_BAD = 8
+# Why a reading was refused. Indexes below BAD_ERRNO are value faults; BAD_ERRNO + errno is
+# a read that failed with that errno (EIO, EINVAL from a driver's show()).
+BAD_REASONS = ("not_a_number", "negative", "out_of_range")
+BAD_ERRNO = len(BAD_REASONS)
+_MAX_ERRNO = (255 - STATUS_BAD) // 2 - BAD_ERRNO
+# The two data counter files of a port, by their position in the status byte.
+COUNTER_FILES = ("port_xmit_data", "port_rcv_data")
+# Cumulative byte counters travel as unsigned 64-bit values (the ring, the trace).
+MAX_COUNTER_BYTES = (1 << 64) - 1
+
+
+def bad_status(counter: int, reason: int) -> int:
+    """The status byte of a refused reading of ``COUNTER_FILES[counter]`` for ``reason``."""
+    return STATUS_BAD + 2 * reason + counter
+
+
+def bad_errno_status(counter: int, error: int) -> int:
+    """The status byte of a read of ``COUNTER_FILES[counter]`` that failed with ``error``."""
+    return bad_status(counter, BAD_ERRNO + min(max(error, 0), _MAX_ERRNO))
+
+
+def describe_bad_status(status: int) -> tuple[str, str]:
+    """(counter file, reason) of a status byte at or above STATUS_BAD."""
+    code = status - STATUS_BAD
+    counter, reason = code % 2, code // 2
+    if reason < BAD_ERRNO:
+        why = BAD_REASONS[reason]
+    else:
+        number = reason - BAD_ERRNO
+        why = errno.errorcode.get(number, f"errno {number}")
+    return COUNTER_FILES[counter], why
+
+
+def usable(status: int) -> bool:
+    """True for a reading that carries a value (OK or REBASELINE)."""
+    return status < STATUS_MISSING
 
 
 class SourceError(Exception):

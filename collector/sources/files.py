@@ -13,17 +13,32 @@ import time
 from dataclasses import dataclass
 
 from collector.sources.base import (
+    BAD_REASONS,
+    MAX_COUNTER_BYTES,
     STATUS_MISSING,
     STATUS_OK,
     STATUS_REBASELINE,
     PortSpec,
     SampleRow,
+    bad_errno_status,
+    bad_status,
 )
 
 # Enough for any 64-bit decimal and its newline.
 _READ_BYTES = 32
 _FIRST_RETRY_NS = 10_000_000
 _MAX_RETRY_NS = 5_000_000_000
+
+
+_NOT_A_NUMBER, _NEGATIVE, _TOO_LARGE = (
+    BAD_REASONS.index(name) for name in ("not_a_number", "negative", "out_of_range")
+)
+
+
+class _OutOfRange(ValueError):
+    def __init__(self, reason: int) -> None:
+        super().__init__(BAD_REASONS[reason])
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,14 +53,19 @@ class CounterFiles:
 class PairedFileReader:
     """Keeps two descriptors per port open and reads them into a SampleRow.
 
-    A port whose read fails is marked STATUS_MISSING, its descriptors are closed, and it
-    is reopened with capped exponential backoff; the first reading after a reopen is
-    STATUS_REBASELINE so no delta is taken across the outage. Other ports are not delayed.
+    A port whose open fails is marked STATUS_MISSING; a read that fails (EIO, EINVAL) or
+    returns what no counter can hold (text, a negative number, more than 64 bits of bytes)
+    is marked with the file and the reason (``bad_status``). Either way its descriptors are
+    closed and it is reopened with capped exponential backoff; the first reading after a
+    reopen is STATUS_REBASELINE so no delta is taken across the outage. Other ports are not
+    delayed, and nothing a file returns can make the ring write fail.
     """
 
     def __init__(self, files: tuple[CounterFiles, ...]) -> None:
         self._files = files
         self._scales = tuple(port.bytes_per_unit for port in files)
+        # The largest raw value whose bytes still fit the ring's unsigned 64-bit columns.
+        self._limits = tuple(MAX_COUNTER_BYTES // scale for scale in self._scales)
         count = len(files)
         self._xmit_fd = [-1] * count
         self._rcv_fd = [-1] * count
@@ -93,6 +113,7 @@ class PairedFileReader:
         timestamps, xmit, rcv = row.timestamp_ns, row.xmit_bytes, row.rcv_bytes
         durations, status = row.read_ns, row.status
         xmit_fds, rcv_fds, next_status = self._xmit_fd, self._rcv_fd, self._next_status
+        limits = self._limits
         for index, scale in enumerate(self._scales):
             xmit_fd = xmit_fds[index]
             if xmit_fd < 0:
@@ -103,17 +124,31 @@ class PairedFileReader:
                     continue
                 xmit_fd = xmit_fds[index]
             before = clock()
+            counter = 0
             try:
-                # int() accepts b"123\n"; b"N/A (no PMA)" raises ValueError like a failed read.
                 x = int(pread(xmit_fd, _READ_BYTES, 0))
+                counter = 1
                 r = int(pread(rcv_fds[index], _READ_BYTES, 0))
-            except (OSError, ValueError):
+                limit = limits[index]
+                if not (0 <= x <= limit and 0 <= r <= limit):
+                    counter = 0 if not 0 <= x <= limit else 1
+                    value = x if counter == 0 else r
+                    raise _OutOfRange(_NEGATIVE if value < 0 else _TOO_LARGE)
+            except (OSError, ValueError) as exc:
+                # int() accepts b"123\n"; b"N/A (no PMA)" raises ValueError. A value no
+                # counter can hold (-1, 38 digits, >= 2**62 words) is refused here, so the
+                # ring's packed uint64 columns never see it.
                 after = clock()
                 self._close(index)
                 self._fail(index)
                 timestamps[index] = after
                 durations[index] = after - before
-                status[index] = STATUS_MISSING
+                if isinstance(exc, _OutOfRange):
+                    status[index] = bad_status(counter, exc.reason)
+                elif isinstance(exc, OSError):
+                    status[index] = bad_errno_status(counter, exc.errno or 0)
+                else:
+                    status[index] = bad_status(counter, _NOT_A_NUMBER)
                 continue
             after = clock()
             timestamps[index] = (before + after) >> 1

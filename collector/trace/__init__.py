@@ -6,8 +6,13 @@ also CSV) and slow.py (read_slow); import from here.
 
 from collector.trace.samples import PortSamples, read_info, read_samples, trace_files
 from collector.trace.schema import (
+    DIRECTORY_MODE,
     GAUGE,
+    PIECE_MODE,
+    PIECE_PREFIX,
     SCHEMA,
+    SLOW_DIRECTORY,
+    SLOW_PREFIX,
     SLOW_SCHEMA,
     PortColumns,
     SlowRow,
@@ -18,8 +23,13 @@ from collector.trace.slow import SlowSeries, read_slow, slow_files
 from collector.trace.writer import TraceWriter, prepare_output
 
 __all__ = [
+    "DIRECTORY_MODE",
     "GAUGE",
+    "PIECE_MODE",
+    "PIECE_PREFIX",
     "SCHEMA",
+    "SLOW_DIRECTORY",
+    "SLOW_PREFIX",
     "SLOW_SCHEMA",
     "PortColumns",
     "PortSamples",

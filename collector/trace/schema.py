@@ -58,6 +58,9 @@ SLOW_SCHEMA = pa.schema(
     ]
 )
 GAUGE = "gauge"
+# Pieces and trace directories: owner and group only (the unit's UMask=0027, by hand too).
+PIECE_MODE = 0o640
+DIRECTORY_MODE = 0o750
 # Keys of the Parquet key-value metadata (file footer) that describe the trace.
 _INFO_KEYS = {
     "interval_ns": b"burstscope.interval_ns",

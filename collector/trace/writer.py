@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,7 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collector.trace.schema import (
+    DIRECTORY_MODE,
     GAUGE,
+    PIECE_MODE,
     PIECE_PREFIX,
     SCHEMA,
     SLOW_DIRECTORY,
@@ -31,7 +34,9 @@ def prepare_output(path: Path) -> None:
     if path.is_dir() and any(path.iterdir()):
         raise TraceError(f"output {str(path)!r} already exists and is not empty")
     try:
-        path.mkdir(parents=False, exist_ok=True)
+        if not path.is_dir():
+            path.mkdir(parents=False)
+            os.chmod(path, DIRECTORY_MODE)  # mkdir's mode is masked by the umask
         probe = path / ".write-test"
         probe.write_bytes(b"")
         probe.unlink()
@@ -96,7 +101,7 @@ class TraceWriter:
             slow = _slow_table(self._pending_slow).sort_by([("timestamp_ns", "ascending")])
             directory = self.path / SLOW_DIRECTORY
             try:
-                directory.mkdir(exist_ok=True)
+                directory.mkdir(mode=DIRECTORY_MODE, exist_ok=True)
             except OSError as exc:
                 raise TraceError(f"cannot write {str(directory)!r}: {exc.strerror}") from None
             self._write(slow, f"{SLOW_DIRECTORY}/{SLOW_PREFIX}{self.pieces_written:06d}.parquet")
@@ -111,9 +116,22 @@ class TraceWriter:
             table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
         try:
             pq.write_table(table, temporary, compression="zstd")
+            # Samples of a site's traffic are not for every local user, whatever the umask
+            # of whoever started the run.
+            os.chmod(temporary, PIECE_MODE)
             os.replace(temporary, final)
         except OSError as exc:
-            raise TraceError(f"cannot write {str(final)!r}: {exc.strerror}") from None
+            with contextlib.suppress(OSError):
+                temporary.unlink()  # a partial piece on a full disk holds space for nothing
+            raise TraceError(f"cannot write {str(final)!r}: {exc.strerror or exc}") from None
+
+    def discard_pending(self) -> int:
+        """Drop what is not yet in a closed piece (after a failed write); the rows dropped."""
+        rows = int(sum(batch.num_rows for batch in self._pending))
+        self._pending = []
+        self._pending_slow = []
+        self._pending_start_ns = None
+        return rows
 
     def close(self) -> None:
         self.flush()
