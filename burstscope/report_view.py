@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from burstscope.report_model import DirectionReport, PortReport, Report
@@ -137,6 +139,21 @@ def to_json(report: Report) -> dict[str, Any]:
     return {"ports": ports, "synchrony": synchrony, "warnings": warnings}
 
 
+# CSI sequences, other ESC sequences, then any remaining C0/C1 control character.
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x1f\x7f-\x9f]")
+
+
+def _label(port: PortReport) -> str:
+    """A port as the table names it: no terminal control and no rich markup from the trace."""
+    return escape(printable(port.label))
+
+
+def printable(text: str) -> str:
+    """``text`` without terminal control: a trace (or a device name) is input, and
+    printing ESC sequences from it could retitle, recolour or rewrite the terminal."""
+    return _CONTROL.sub("", text)
+
+
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
 
@@ -195,7 +212,7 @@ def print_table(report: Report, console: Console | None = None) -> None:
             stats = summary.bursts
             hidden = seen.saturated_seconds_in_quiet_windows
             table.add_row(
-                port.label,
+                _label(port),
                 "tx" if direction.direction == "transmit" else "rx",
                 _percent(summary.mean_utilization),
                 _percent(summary.finest.p99),
@@ -207,12 +224,12 @@ def print_table(report: Report, console: Console | None = None) -> None:
                 _duration(stats.duration_seconds(0.99)),
             )
             tag = "tx" if direction.direction == "transmit" else "rx"
-            verdicts.append(f"{port.label} {tag}: {seen.verdict}")
+            verdicts.append(f"{_label(port)} {tag}: {seen.verdict}")
             line = congestion_line(direction.congestion)
             if line:
-                verdicts.append(f"{port.label} {tag}: {line}")
+                verdicts.append(f"{_label(port)} {tag}: {line}")
             verdicts += [
-                f"[yellow]{port.label} {tag}: warning: {w}[/]"
+                f"[yellow]{_label(port)} {tag}: warning: {w}[/]"
                 for w in list(port.warnings) + direction_warnings(summary)
             ]
     console.print(table)

@@ -8,8 +8,9 @@ node that hundreds of clients and a few bad ones can reach:
 - the TLS handshake runs in the connection's own thread under HANDSHAKE_SECONDS, never in
   the accepting thread, so one silent TCP connection cannot stop every HTTPS scrape;
 - every connection reads under READ_TIMEOUT_SECONDS (socket timeout per recv);
-- at most MAX_CONNECTIONS are served at once; beyond that a connection is answered 503
-  (HTTP) or closed (HTTPS) at once, and counted, instead of piling up threads;
+- at most MAX_CONNECTIONS are open at once; at the cap the oldest connection that has not
+  sent a request line is closed to make room, so idle clients cannot keep a scrape out;
+  when all are busy requests a new one is answered 503 (HTTP) or closed (HTTPS);
 - the listen backlog is LISTEN_BACKLOG (the kernel caps it at net.core.somaxconn), not 5;
 - the exposition is built at most once per EXPOSITION_MAX_AGE_SECONDS and shared by every
   scrape in that time, encoded once per format and ``name[]`` filter (matched against
@@ -25,6 +26,7 @@ in its own process, so scrape threads cannot delay a tick through the GIL.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import ipaddress
 import socket
@@ -108,6 +110,13 @@ class _QuietHandler(WSGIRequestHandler):
     """No access log on stderr: scrapes every second would drown the journal."""
 
     timeout = READ_TIMEOUT_SECONDS  # StreamRequestHandler.setup() applies it to the socket
+
+    def parse_request(self) -> bool:
+        # The request line is in: this connection is a client, not an idler to evict.
+        server = self.server
+        if isinstance(server, _HardenedServer):
+            server.mark_active(self.connection)
+        return bool(super().parse_request())
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -213,7 +222,12 @@ def router(
 
 
 class _HardenedServer(ThreadingWSGIServer):
-    """One thread per connection, at most MAX_CONNECTIONS, TLS handshakes in that thread."""
+    """One thread per connection, at most max_connections, TLS handshakes in that thread.
+
+    At the cap, the oldest connection that has not sent a request line yet is shut down to
+    make room, so idle or silent connections can never keep a scrape out; only when every
+    connection is an active request is a new one refused (503 over HTTP).
+    """
 
     request_queue_size = LISTEN_BACKLOG
     daemon_threads = True
@@ -222,27 +236,65 @@ class _HardenedServer(ThreadingWSGIServer):
     handshake_seconds = HANDSHAKE_SECONDS
 
     def server_activate(self) -> None:
-        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._guard = threading.Lock()
+        self._idle: dict[Any, None] = {}  # accepted, no request line yet; oldest first
+        self._open = 0
         self.refused_connections = 0
+        self.evicted_connections = 0
         self.failed_handshakes = 0
         super().server_activate()
 
+    def get_request(self) -> tuple[Any, Any]:
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                # Out of descriptors: the pending connection stays in the backlog and the
+                # socket stays readable; pause instead of spinning on accept().
+                time.sleep(0.05)
+            raise
+
+    def mark_active(self, connection: Any) -> None:
+        with self._guard:
+            self._idle.pop(connection, None)
+
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.refused_connections += 1
-            if self.tls is None:
+        with self._guard:
+            victim = None
+            if self._open >= self.max_connections and self._idle:
+                victim = next(iter(self._idle))
+                del self._idle[victim]
+                self.evicted_connections += 1
+            elif self._open >= self.max_connections:
+                self.refused_connections += 1
+                victim = request
+            if victim is not request:
+                self._open += 1
+                self._idle[request] = None
+        if victim is not None:
+            if victim is request and self.tls is None:
                 with contextlib.suppress(OSError):
                     request.setblocking(False)
                     request.send(_BUSY)
-            self.shutdown_request(request)
-            return
+            # Wakes the victim's thread from recv(); it then closes and frees its slot.
+            with contextlib.suppress(OSError):
+                victim.shutdown(socket.SHUT_RDWR)
+            if victim is request:
+                self.shutdown_request(request)
+                return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._release(request)
             raise
 
+    def _release(self, request: Any) -> None:
+        with self._guard:
+            self._idle.pop(request, None)
+            self._open -= 1
+
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        accepted = request
         try:
             if self.tls is not None:
                 request.settimeout(self.handshake_seconds)
@@ -252,9 +304,19 @@ class _HardenedServer(ThreadingWSGIServer):
                     self.failed_handshakes += 1  # silent, slow or not TLS at all
                     self.shutdown_request(request)
                     return
+                with self._guard:  # the TLS socket is the one the handler will see
+                    if accepted in self._idle:
+                        del self._idle[accepted]
+                        self._idle[request] = None
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._release(request)
+            if request is not accepted:
+                self._release_alias(accepted)
+
+    def _release_alias(self, accepted: Any) -> None:
+        with self._guard:
+            self._idle.pop(accepted, None)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client that hung up or timed out is not the agent's error

@@ -86,9 +86,13 @@ def counter_deltas(
     went_back = (current < before) & valid
     saturated = np.zeros(n, dtype=np.bool_)
 
+    # A step of 2**63 or more in one interval is no traffic any link carries: a bad
+    # reading (a driver printing garbage, a FUSE or test tree). Its interval is unknown;
+    # as an int64 it would be a huge negative increment ("-0.0%" in a report).
+    implausible = (current >= before) & (raw < 0) & valid
     if spec.kind is CounterKind.RESETTING:
         reset = went_back
-        valid &= ~reset
+        valid &= ~reset & ~implausible
         delta = raw
     elif spec.kind is CounterKind.WRAPPING:
         # A wrap and a reset look alike on a narrow counter; a wrap is far more likely.
@@ -101,7 +105,7 @@ def counter_deltas(
         # Stuck at all-ones: the true increment is unknown, so none is invented.
         stuck = (before == top) & saturated
         reset = went_back
-        valid &= ~reset & ~stuck
+        valid &= ~reset & ~stuck & ~implausible
         delta = raw
     delta = np.where(valid, delta, 0).astype(np.int64, copy=False)
     return Deltas(delta=delta, valid=valid, reset=reset, saturated=saturated)

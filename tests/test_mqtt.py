@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from burstscope.commands.events import FleetView, SequenceTracker, Verdict
-from collector.mqtt.messages import LinkEvent, LinkEventDeriver, PortReading, port_topic
+from collector.mqtt.messages import (
+    LinkEvent,
+    LinkEventDeriver,
+    PortReading,
+    port_topic,
+    status_topic,
+)
 from collector.mqtt.policy import (
     BurstRecord,
     BurstSummary,
@@ -273,11 +279,29 @@ def test_fleet_view_prints_gaps_and_drops_redeliveries() -> None:
     assert lines == [
         [{"topic": topic, "host": "h", "run": 1, "seq": 1}],
         [],
-        [{"gap": {"host": "h", "run": 1, "first": 2, "last": 2}},
+        [{"gap": {"host": "h", "run": 1, "first": 2, "last": 2, "reason": "missing"}},
          {"topic": topic, "host": "h", "run": 1, "seq": 3}],
     ]  # fmt: skip
     assert (view.received, view.duplicates) == (2, 1)
     assert view.handle(topic, b"not json") == []
+
+
+def test_fleet_view_reports_joining_mid_stream_and_what_was_never_delivered() -> None:
+    view = FleetView()
+    topic = port_topic("h", "mlx5_0", 1, "burst")
+    joined = view.handle(topic, b'{"host":"h","run":1,"seq":40}')
+    assert joined[0] == {
+        "gap": {"host": "h", "run": 1, "first": 1, "last": 39, "reason": "joined mid-stream"}
+    }
+    assert view.tracker.missing_count() == 0  # before we joined: not owed to us
+    # The agent stops with its spool overflowed: its offline status says how far it got.
+    status = status_topic("h")
+    offline = view.handle(status, b'{"host":"h","run":1,"online":false,"last_seq":55}')
+    assert offline[0] == {
+        "gap": {"host": "h", "run": 1, "first": 41, "last": 55, "reason": "never delivered"}
+    }
+    online = view.handle(status, b'{"host":"h","run":1,"online":true,"last_seq":60}')
+    assert len(online) == 1  # an online status promises delivery: no gap yet
 
 
 def test_backoff_is_jittered_capped_and_resets() -> None:

@@ -408,3 +408,28 @@ def test_a_trace_that_states_its_interval_is_named_by_it(
 )
 def test_missing_or_bad_stated_interval_counts_as_unstated(metadata: dict[bytes, bytes]) -> None:
     assert TraceInfo.from_metadata(metadata).interval_ns is None
+
+
+def test_table_strips_escape_sequences_and_implausible_steps(tmp_path: Path) -> None:
+    # A device name is input: ESC sequences and rich markup in it reach no terminal. A step
+    # of 2**63 bytes or more in one interval is a bad reading, not "-0.0%" utilization.
+    name = "\x1b]0;pwned\x07\x1b[31mmlx5_0[bold]"
+    rows = [f"{1_700_000_000_000_000_000 + i * 1_000_000},{name},1,{i * 1000},0" for i in range(50)]
+    rows.append(f"{1_700_000_000_050_000_000},{name},1,{2**63 + 49_000},0")
+    rows += [
+        f"{1_700_000_000_000_000_000 + i * 1_000_000},{name},1,{2**63 + i * 1000},0"
+        for i in range(51, 80)
+    ]
+    trace = tmp_path / "evil.csv"
+    trace.write_text(HEADER + "\n" + "\n".join(rows) + "\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "burstscope", "report", str(trace), "--line-rate", "100"],
+        capture_output=True,
+        text=True,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "mlx5_0[bold]/1" in result.stdout
+    assert "-0.0%" not in result.stdout

@@ -271,3 +271,54 @@ def test_not_recording_keeps_nothing() -> None:
     poller = SlowPoller([FlakySource()], minimum_interval_seconds=0)
     poller.poll_once()
     assert poller.take_rows(0) == []
+
+
+def test_a_poller_thread_that_ends_or_hangs_is_restarted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Supervision of the slow poller: a thread that died, or one stuck in a read."""
+    import threading
+
+    from collector import pipeline as pipeline_module
+    from collector.pipeline import Pipeline
+    from collector.sampler import SamplerConfig
+    from collector.slow_poller import SlowPoller
+    from collector.sources import build_source
+    from tests.processes import wait_until
+
+    release = threading.Event()
+
+    class Misbehaving:
+        name = "misbehaving"
+        polls = 0
+
+        def open(self) -> None:
+            pass
+
+        def poll(self) -> list[SlowReading]:
+            Misbehaving.polls += 1
+            if Misbehaving.polls == 1:
+                raise SystemExit("a source that ends its thread")  # not an Exception
+            if Misbehaving.polls == 2:
+                release.wait(60)  # a read that hangs (a wedged firmware command)
+            return []
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(pipeline_module, "SLOW_STALL_SECONDS", 0.5)
+    monkeypatch.setattr(pipeline_module, "HEALTHY_SECONDS", 0.0)
+    monkeypatch.setattr(SlowPoller, "interval_seconds", property(lambda self: 0.01))
+    pipeline = Pipeline(
+        build_source("sim"),
+        SamplerConfig(interval_ns=10_000_000, realtime_priority=None, cpu=-1),
+        slow_sources=[Misbehaving()],
+        slow_interval_seconds=1.0,
+    )
+    pipeline.start()
+    try:
+        assert wait_until(lambda: pipeline.snapshot().health.restarts["slow_poller"] >= 2)
+        assert wait_until(lambda: Misbehaving.polls >= 3)
+    finally:
+        release.set()
+        pipeline.close()

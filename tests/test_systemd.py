@@ -127,6 +127,23 @@ def test_unit_keeps_what_the_agent_needs() -> None:
     assert timing["RestrictRealtime"] == ["no"] and "CPUAffinity" in timing
 
 
+def test_unit_bounds_descriptors_tasks_and_memory() -> None:
+    # A leak or a flood ends in a restart of this unit, not in the node's limits.
+    unit = unit_settings(UNIT.read_text())
+    from collector.http import MAX_CONNECTIONS
+
+    assert int(unit["LimitNOFILE"][0]) > 2 * MAX_CONNECTIONS
+    assert int(unit["TasksMax"][0]) > MAX_CONNECTIONS
+    assert unit["MemoryMax"] == ["1G"]
+
+
+def test_example_config_records_in_pieces_of_five_seconds_with_retention() -> None:
+    config = load_config(str(EXAMPLE))
+    assert config.get("recording", "piece_seconds") == 5.0
+    assert config.get("recording", "max_bytes") == 20 * 2**30
+    assert config.get("listen", "address").startswith("127.0.0.1:")
+
+
 def test_example_config_is_valid_and_documents_every_key() -> None:
     config = load_config(str(EXAMPLE))
     assert config.get("source", "interval") == 1_000_000

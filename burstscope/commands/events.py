@@ -60,9 +60,11 @@ class SequenceTracker:
         key = (host, run)
         highest = self.highest.get(key)
         if highest is None:
-            self.highest[key] = seq  # joined mid-stream: nothing before is owed to us
+            # Joined mid-stream: what came before is reported once, but not owed to us
+            # (it is not counted as missing and never fills in later).
+            self.highest[key] = seq
             self.missing[key] = []
-            return Verdict.NEW, None
+            return Verdict.NEW, (1, seq - 1) if seq > 1 else None
         if seq > highest:
             self.highest[key] = seq
             if seq > highest + 1:
@@ -84,7 +86,11 @@ class SequenceTracker:
 
 def topics(host: str | None) -> list[str]:
     level = topic_level(host) if host else "+"
-    return [f"{PREFIX}/{level}/status", *(f"{PREFIX}/{level}/+/+/{k}" for k in ("burst", "event"))]
+    return [
+        f"{PREFIX}/{level}/status",
+        f"{PREFIX}/{level}/event",
+        *(f"{PREFIX}/{level}/+/+/{k}" for k in ("burst", "event")),
+    ]
 
 
 @dataclass
@@ -112,11 +118,12 @@ class FleetView:
         record: dict[str, Any] = {"topic": topic, **payload}
         if topic.endswith("/status"):
             self.status[str(payload.get("host", topic))] = payload
-            return [record]
+            return [*self._undelivered(payload), record]
         host, run, seq = payload.get("host"), payload.get("run"), payload.get("seq")
         if not isinstance(host, str) or not isinstance(run, int) or not isinstance(seq, int):
             self.unreadable += 1
             return []
+        joined = (host, run) not in self.tracker.highest
         verdict, gap = self.tracker.observe(host, run, seq)
         if verdict is Verdict.DUPLICATE:
             self.duplicates += 1
@@ -124,12 +131,28 @@ class FleetView:
         self.received += 1
         out = []
         if gap is not None:
-            report = {"host": host, "run": run, "first": gap[0], "last": gap[1]}
-            self.gaps.append(report)
-            out.append({"gap": report})
+            reason = "joined mid-stream" if joined else "missing"
+            out.append(self._gap(host, run, gap, reason))
         self.rows.appendleft(record)
         out.append(record)
         return out
+
+    def _gap(self, host: str, run: int, gap: tuple[int, int], reason: str) -> dict[str, Any]:
+        report = {"host": host, "run": run, "first": gap[0], "last": gap[1], "reason": reason}
+        self.gaps.append(report)
+        return {"gap": report}
+
+    def _undelivered(self, status: dict[str, Any]) -> list[dict[str, Any]]:
+        """An offline status whose last_seq is beyond what arrived: those never will (the
+        agent's spool overflowed, or it stopped before delivering them)."""
+        host, run, last = status.get("host"), status.get("run"), status.get("last_seq")
+        if status.get("online") or not isinstance(host, str) or not isinstance(run, int):
+            return []
+        highest = self.tracker.highest.get((host, run))
+        if not isinstance(last, int) or highest is None or last <= highest:
+            return []
+        self.tracker.highest[(host, run)] = last
+        return [self._gap(host, run, (highest + 1, last), "never delivered")]
 
 
 def _describe(row: dict[str, Any]) -> str:

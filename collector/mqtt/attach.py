@@ -25,8 +25,10 @@ from collector.mqtt.messages import (
     Identity,
     LinkEventDeriver,
     burst_payload,
+    node_topic,
     port_topic,
     readings_from_snapshot,
+    recording_event,
     summary_payload,
 )
 from collector.mqtt.policy import (
@@ -355,12 +357,32 @@ class MqttHandle:
 
     async def _link_events(self, publisher: MqttPublisher) -> None:
         deriver = LinkEventDeriver()
+        recording_paused = False
         while not publisher.closing.is_set():
+            recording = None
             try:
-                readings = readings_from_snapshot(self.pipeline.snapshot())
+                snapshot = self.pipeline.snapshot()
+                readings = readings_from_snapshot(snapshot)
+                recording = snapshot.recording
             except Exception:  # a snapshot failure must not end publishing
                 _LOG.exception("snapshot for MQTT link events failed")
                 readings = {}
+            if recording is not None and recording.paused != recording_paused:
+                recording_paused = recording.paused
+                publisher.enqueue(
+                    [
+                        (
+                            node_topic(self.identity.host),
+                            recording_event(
+                                self.identity,
+                                recording.paused,
+                                recording.last_error,
+                                recording.dropped_rows,
+                                time.time_ns(),
+                            ),
+                        )
+                    ]
+                )
             events = deriver.update(readings, time.time_ns()) if readings else []
             if events:
                 publisher.enqueue(

@@ -4,6 +4,7 @@ Topics (``<host>`` is the node name, each level stripped of MQTT wildcards and s
 
     burstscope/<host>/<device>/<port>/burst   burst events and window summaries (QoS 1)
     burstscope/<host>/<device>/<port>/event   link, saturation and congestion events (QoS 1)
+    burstscope/<host>/event                   agent events: recording paused and resumed
     burstscope/<host>/status                  retained: online, version, ports, start time
 
 Every burst and event payload carries ``run`` (this agent run's start, wall-clock ns) and
@@ -35,6 +36,24 @@ def topic_level(text: str) -> str:
 
 def status_topic(host: str) -> str:
     return f"{PREFIX}/{topic_level(host)}/status"
+
+
+def node_topic(host: str) -> str:
+    """Events of the agent itself rather than of one port (recording paused, resumed)."""
+    return f"{PREFIX}/{topic_level(host)}/event"
+
+
+def recording_event(
+    identity: Identity, paused: bool, reason: str | None, dropped: int, now_ns: int
+) -> dict[str, Any]:
+    return {
+        "kind": "recording_paused" if paused else "recording_resumed",
+        "host": identity.host,
+        "time_ns": now_ns,
+        "reason": reason,
+        "dropped_samples": dropped,
+        "run": identity.run,
+    }
 
 
 def port_topic(host: str, device: str, port: int, kind: str) -> str:
