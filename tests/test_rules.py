@@ -3,8 +3,8 @@
 ``promtool test rules`` runs dashboards/prometheus/tests/alerts.test.yml, in which every
 alert both fires and stays silent. The checks below make sure that stays true as alerts are
 added: every alert in alerts.rules.yml has a firing case and a silent case in the unit
-tests, carries summary, description and runbook annotations, and every recording rule is
-named level:metric:operations. (No YAML parser is a dependency: the rule files are ours
+tests, carries summary, description and an absolute runbook_url under the one base the
+README tells operators to replace, and every recording rule is named level:metric:operations. (No YAML parser is a dependency: the rule files are ours
 and regular, so a few regular expressions read them.)
 """
 
@@ -26,6 +26,9 @@ UNIT_TESTS = PROMETHEUS / "tests" / "alerts.test.yml"
 EXAMPLE = PROMETHEUS / "prometheus.example.yml"
 
 # level:metric:operations (prometheus.io/docs/practices/rules).
+# The one runbook base of every alert; dashboards/README.md ("Runbook links") shows how to
+# replace it once for a site.
+RUNBOOK_BASE = "https://runbooks.example.com/burstscope#"
 RULE_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
 
 
@@ -56,7 +59,8 @@ def metric_names(text: str) -> set[str]:
 def test_promtool_check_rules() -> None:
     result = promtool("check", "rules", str(RECORDING), str(ALERTS))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 16 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -68,7 +72,11 @@ def test_promtool_unit_tests_pass() -> None:
 def test_example_prometheus_config_is_valid() -> None:
     result = promtool("check", "config", str(EXAMPLE))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert ":9847" in EXAMPLE.read_text()  # the agent's documented default port
+    text = EXAMPLE.read_text()
+    assert ":9847" in text  # the agent's documented default port
+    # The documented host label: the node's name without the port, for joins with
+    # node_exporter or DCGM series of the same node.
+    assert "target_label: host" in text
 
 
 def test_every_alert_is_unit_tested_firing_and_silent() -> None:
@@ -85,6 +93,7 @@ def test_every_alert_is_unit_tested_firing_and_silent() -> None:
             firing.add(name)
     alerts = set(alert_blocks())
     assert alerts == {
+        "AgentDown",
         "BurstSaturation",
         "HiddenBursts",
         "CongestionDuringBursts",
@@ -99,15 +108,24 @@ def test_every_alert_is_unit_tested_firing_and_silent() -> None:
 @pytest.mark.parametrize("alert", sorted(alert_blocks()))
 def test_alert_has_summary_description_runbook_and_severity(alert: str) -> None:
     block = alert_blocks()[alert]
-    for key in ("summary", "description", "runbook"):
+    for key in ("summary", "description", "runbook_url"):
         assert re.search(rf"^\s+{key}: ", block, flags=re.MULTILINE), f"{alert}: no {key}"
-    anchor = re.search(r"runbook: \"dashboards/README.md#([a-z]+):", block)
-    assert anchor is not None and anchor.group(1) == alert.lower()
+    url = re.search(r'runbook_url: "([^"]+)"', block)
+    assert url is not None and url.group(1) == RUNBOOK_BASE + alert.lower()
     readme = (PROMETHEUS.parent / "README.md").read_text()
     assert f'<a id="{alert.lower()}"></a>' in readme, f"README has no runbook for {alert}"
     severity = re.search(r"severity: (\w+)", block)
     assert severity is not None
     assert severity.group(1) == ("info" if alert == "HiddenBursts" else "warning")
+
+
+def test_every_rule_group_reads_at_most_five_minutes_of_raw_samples() -> None:
+    """Fleet cost: longer ranges read recorded series only (issue 16, LinkDegraded)."""
+    raw = set(HELP) | {f"{n}_{s}" for n in HELP for s in ("bucket", "count", "sum")}
+    for path in (RECORDING, ALERTS):
+        for name, window in re.findall(r"\b([a-z_:]+)(?:\{[^}]*\})?\[(\w+)\]", path.read_text()):
+            if name in raw:
+                assert window in ("1m", "5m", "10m"), f"{path.name}: {name}[{window}]"
 
 
 def test_recording_rules_are_named_level_metric_operations() -> None:
