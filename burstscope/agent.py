@@ -17,7 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from burstscope import __version__
 from burstscope.arguments import build_source_from
@@ -204,6 +204,10 @@ class Agent:
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = BurstscopeCollector(self.pipeline.snapshot, __version__)
         self.registry.register(self.collector)
+        # process_cpu_seconds_total, process_resident_memory_bytes, ... of this (the main)
+        # process, for the agent's own cost on the fleet dashboard. The sampler is a child
+        # process and is not included.
+        ProcessCollector(registry=self.registry)
         self.mqtt: MqttHandle | None = None
         self.server: MetricsServer | None = None
 
