@@ -47,6 +47,7 @@ lint: $(ALL_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python dashboards/check_sdk.py
 	@# One at a time: each benchmark is a script, not a module of one package.
 	@for file in bench/*.py; do $(BIN)/mypy $$file >/dev/null || { $(BIN)/mypy $$file; exit 1; }; done
 

@@ -1,9 +1,17 @@
-"""Writes the Grafana dashboards (classic JSON, schemaVersion 41) from the panel lists below.
+"""Writes the Grafana dashboards (classic JSON, schemaVersion 41) from the row functions below.
 
 Run ``python dashboards/generate.py`` after editing; tests/test_dashboards.py fails when
-the checked-in JSON differs from what this prints. Every panel and target uses the
-``${datasource}`` variable; selectors use the ``instance``/``device`` (and on the drill-down
-``port``/``direction``) variables as regular expressions, so "All" is ``.*``.
+the checked-in JSON differs from what this prints, and ``dashboards/check_sdk.py`` (make
+lint) round-trips both through grafana-foundation-sdk. Every panel and target uses the
+``${datasource}`` variable. Selectors use the template variables as regular expressions,
+so "All" is ``.*``: ``FLEET`` (instance, device) on the fleet overview, ``PORT`` and
+``PORT_DIRECTION`` (instance, device, port, direction) on the drill-down, whose instance
+is a single node. Each dashboard row is one function returning its panels.
+
+Built for a fleet (590 nodes x 9 ports): fleet panels over time read the per-node series
+of the recording rules (dashboards/prometheus/recording.rules.yml) and plot their spread
+across nodes (highest, 90th percentile, median), never one line per port; peaks are
+``max_over_time(...[$__interval])`` so zooming out drops no peak.
 """
 
 from __future__ import annotations
@@ -16,35 +24,74 @@ from typing import Any
 GRAFANA = Path(__file__).resolve().parent / "grafana"
 SCHEMA_VERSION = 41
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+DRILLDOWN_UID = "burstscope-port-drilldown"
 
 Json = dict[str, Any]
 
-# Selectors. PORT_SEL for per-port families without direction, SEL for those with it.
-FLEET_PORT = 'instance=~"$instance", device=~"$device"'
-DRILL_PORT = 'instance=~"$instance", device=~"$device", port=~"$port"'
-DRILL = DRILL_PORT + ', direction=~"$direction"'
-NODE = 'instance=~"$instance"'
+# Selectors, as regular expressions over the template variables.
+FLEET = 'instance=~"$instance", device=~"$device"'
+NODES = 'instance=~"$instance"'
+PORT = 'instance=~"$instance", device=~"$device", port=~"$port"'
+PORT_DIRECTION = PORT + ', direction=~"$direction"'
 
+# Recording rules the panels read (dashboards/prometheus/recording.rules.yml).
+AVERAGE_15S = (
+    "instance_device_port_direction:burstscope_port_data_bytes_per_line_rate:ratio_irate1m"
+)
+NODE_PEAK = "instance:burstscope_port_peak_utilization_ratio:max"
+NODE_AVERAGE_15S = "instance:burstscope_port_data_bytes_per_line_rate:max_ratio_irate1m"
+NODE_SATURATED = "instance:burstscope_port_saturated_samples_per_samples:ratio_rate5m"
+NODE_SYNCHRONY = "instance:burstscope_port_peak_utilization_above_90_percent_per_ports:ratio"
+NODE_BURSTS = "instance:burstscope_port_bursts:rate1m"
+PORT_ABOVE_95 = (
+    "instance_device_port_direction:burstscope_port_samples_above_95_percent_per_samples"
+    ":ratio_rate5m"
+)
 
-def utilization_average(selector: str, port_selector: str, window: str) -> str:
-    """Mean utilization over ``window``: bytes per second over line rate, per direction."""
-    return (
-        f"rate(burstscope_port_data_bytes_total{{{selector}}}[{window}])\n"
-        "  / ignoring (direction) group_left\n"
-        f"burstscope_port_line_rate_bytes_per_second{{{port_selector}}}"
-    )
+# Acme's "busy" (NSDI 2024: links rarely above 25% of line rate in 15 s samples) and the
+# saturation threshold of the detectors, drawn on every utilization panel.
+UTILIZATION_THRESHOLDS = {
+    "mode": "absolute",
+    "steps": [
+        {"color": "green", "value": None},
+        {"color": "yellow", "value": 0.25},
+        {"color": "red", "value": 0.9},
+    ],
+}
+PORT_STATES = {"1": ("DOWN", "red"), "2": ("INIT", "orange"), "3": ("ARMED", "yellow")}
+PORT_STATES |= {"4": ("ACTIVE", "green"), "5": ("ACTIVE_DEFER", "orange")}
+
+# Where a fleet row leads: the drill-down on that node and port, same range and source.
+DRILLDOWN_LINK = {
+    "title": "Port drill-down for ${__data.fields.instance} ${__data.fields.device}",
+    "url": f"/d/{DRILLDOWN_UID}/burstscope-port-drill-down?"
+    "var-datasource=${datasource}&var-instance=${__data.fields.instance}"
+    "&var-device=${__data.fields.device}&var-port=${__data.fields.port}"
+    "&var-direction=All&${__url_time_range}",
+    "targetBlank": False,
+}
 
 
 def target(expr: str, legend: str = "", ref: str = "A", **extra: Any) -> Json:
+    instant = bool(extra.pop("instant", False))
     return {
         "datasource": DATASOURCE,
         "editorMode": "code",
         "expr": expr,
         "legendFormat": legend or "__auto",
-        "range": not extra.get("instant", False),
+        "range": not instant,
+        "instant": instant,
         "refId": ref,
         **extra,
     }
+
+
+def value_mappings(names: dict[str, tuple[str, str]]) -> list[Json]:
+    options = {
+        value: {"text": text, "color": color, "index": index}
+        for index, (value, (text, color)) in enumerate(names.items())
+    }
+    return [{"type": "value", "options": options}]
 
 
 def panel(
@@ -56,10 +103,31 @@ def panel(
     size: tuple[int, int] = (12, 8),
     **extra: Any,
 ) -> Json:
+    """One panel with every option Grafana would otherwise fill in implicitly."""
     width, height = size
     defaults: Json = {"unit": unit}
     if kind in ("timeseries", "bargauge", "stat"):
         defaults["min"] = 0
+    if unit == "percentunit" and kind != "heatmap":
+        defaults["thresholds"] = UTILIZATION_THRESHOLDS
+        if kind == "timeseries":
+            defaults["custom"] = {"thresholdsStyle": {"mode": "line+area"}}
+    if kind == "table":
+        defaults["custom"] = {"align": "auto", "inspect": False}
+    defaults.update(extra.pop("defaults", {}))
+    defaults.setdefault("custom", {})
+    options: Json = extra.pop("options", {})
+    if kind == "timeseries":
+        options = {
+            "legend": {
+                "showLegend": True,
+                "displayMode": "list",
+                "placement": "bottom",
+                "calcs": [],
+            },
+            "tooltip": {"mode": "multi", "sort": "desc"},
+            **options,
+        }
     return {
         "type": kind,
         "title": title,
@@ -67,10 +135,51 @@ def panel(
         "datasource": DATASOURCE,
         "gridPos": {"w": width, "h": height, "x": 0, "y": 0},
         "fieldConfig": {"defaults": defaults, "overrides": extra.pop("overrides", [])},
-        "options": extra.pop("options", {"legend": {"displayMode": "table", "placement": "right"}}),
+        "options": options,
         "targets": targets,
+        "transparent": False,
+        "repeatDirection": "h",
         **extra,
     }
+
+
+def stat(
+    title: str,
+    description: str,
+    targets: list[Json],
+    size: tuple[int, int],
+    steps: list[Json],
+    mappings: list[Json],
+) -> Json:
+    return panel(
+        "stat",
+        title,
+        description,
+        targets,
+        "none",
+        size,
+        defaults={"thresholds": {"mode": "absolute", "steps": steps}, "mappings": mappings},
+        options={
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "background",
+            "graphMode": "none",
+            "textMode": "value_and_name",
+            "justifyMode": "auto",
+            "orientation": "auto",
+            "wideLayout": True,
+            "showPercentChange": False,
+            "percentChangeColorMode": "standard",
+        },
+    )
+
+
+def spread(expr: str, what: str) -> list[Json]:
+    """Highest, 90th percentile and median across nodes of a per-node series."""
+    return [
+        target(f"max({expr})", f"highest {what}", "A"),
+        target(f"quantile(0.9, {expr})", f"90th percentile {what}", "B"),
+        target(f"quantile(0.5, {expr})", f"median {what}", "C"),
+    ]
 
 
 def row(title: str) -> Json:
@@ -100,8 +209,24 @@ def layout(panels: list[Json]) -> list[Json]:
     return panels
 
 
-def query_variable(name: str, label: str, query: str, multi: bool = True) -> Json:
-    return {
+# What Grafana assumes for every variable, written out (dashboards/check_sdk.py).
+VARIABLE_DEFAULTS: Json = {
+    "skipUrlSync": False,
+    "auto": False,
+    "auto_count": 30,
+    "auto_min": "10s",
+    "allowCustomValue": True,
+}
+
+
+def query_variable(name: str, label: str, query: str, every: bool = True) -> Json:
+    """A label_values variable: multi-value with "All" (.*), or one value, the first."""
+    current: Json = (
+        {"selected": True, "text": ["All"], "value": ["$__all"]}
+        if every
+        else {"text": "", "value": ""}
+    )
+    variable: Json = {
         "type": "query",
         "name": name,
         "label": label,
@@ -110,11 +235,14 @@ def query_variable(name: str, label: str, query: str, multi: bool = True) -> Jso
         "definition": query,
         "refresh": 2,
         "sort": 1,
-        "multi": multi,
-        "includeAll": True,
-        "allValue": ".*",
-        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "multi": every,
+        "includeAll": every,
+        "current": current,
+        **VARIABLE_DEFAULTS,
     }
+    if every:
+        variable["allValue"] = ".*"
+    return variable
 
 
 def variables(drilldown: bool) -> list[Json]:
@@ -124,12 +252,19 @@ def variables(drilldown: bool) -> list[Json]:
             "name": "datasource",
             "label": "Data source",
             "query": "prometheus",
-            "current": {},
+            "current": {"text": "", "value": ""},
             "hide": 0,
             "refresh": 1,
             "regex": "",
+            "multi": False,
+            "includeAll": False,
+            **VARIABLE_DEFAULTS,
         },
-        query_variable("instance", "Node", "label_values(burstscope_info, instance)", True),
+        # The drill-down shows one node (the first, or the one a fleet row links to): with
+        # every node at once its panels would carry thousands of series.
+        query_variable(
+            "instance", "Node", "label_values(burstscope_info, instance)", every=not drilldown
+        ),
         query_variable(
             "device",
             "Device",
@@ -157,6 +292,7 @@ def variables(drilldown: bool) -> list[Json]:
                 "allValue": ".*",
                 "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
                 "options": [],
+                **VARIABLE_DEFAULTS,
             }
         )
     return found
@@ -172,6 +308,7 @@ def dashboard(uid: str, title: str, description: str, panels: list[Json], drilld
         "version": 1,
         "editable": True,
         "graphTooltip": 1,
+        "fiscalYearStartMonth": 0,
         "refresh": "15s",
         "time": {"from": "now-1h", "to": "now"},
         "timezone": "browser",
@@ -196,6 +333,9 @@ def dashboard(uid: str, title: str, description: str, panels: list[Json], drilld
                 "asDropdown": False,
                 "includeVars": True,
                 "keepTime": True,
+                "targetBlank": False,
+                "tooltip": "",
+                "icon": "external link",
             }
         ],
         "templating": {"list": variables(drilldown)},
@@ -203,27 +343,26 @@ def dashboard(uid: str, title: str, description: str, panels: list[Json], drilld
     }
 
 
-def fleet_overview() -> Json:
-    peak = f'burstscope_port_peak_utilization_ratio{{{FLEET_PORT}, window="15s"}}'
+def fleet_peaks_row() -> list[Json]:
+    """Instant tables of the hottest ports, each row linked to its drill-down."""
+    peak = f'burstscope_port_peak_utilization_ratio{{{FLEET}, window="15s"}}'
     hottest = f"topk(20, {peak})"
-    hottest_join = "  and on (instance, device, port, direction)\n" + hottest
-    table_options = {"showHeader": True, "sortBy": [{"displayName": "1 ms peak", "desc": True}]}
-    panels = [
+    links = {"matcher": {"id": "byName", "options": "instance"}}
+    link_override = [{**links, "properties": [{"id": "links", "value": [DRILLDOWN_LINK]}]}]
+    return [
         row("Peaks the 15 s averages hide"),
         panel(
             "table",
             "Hottest ports: 1 ms peak beside the 15 s average",
             "The 20 port directions with the highest 1 ms utilization in the last 15 s, beside "
-            "their mean over the last 15 s (rate over one 15 s scrape interval). A high peak "
-            "over a low average is a burst a 15 s exporter cannot see.",
+            "their mean over the last scrape interval (15 s; recording rule "
+            "..._ratio_irate1m). A high peak over a low average is a burst a 15 s exporter "
+            "cannot see. Click a node to open its Port drill-down.",
             [
                 target(hottest, ref="A", instant=True, format="table"),
                 target(
-                    utilization_average(
-                        f'{FLEET_PORT}, direction=~".*"', FLEET_PORT, "$__rate_interval"
-                    )
-                    + "\n"
-                    + hottest_join,
+                    f"{AVERAGE_15S}{{{FLEET}}}\n"
+                    "  and on (instance, device, port, direction)\n" + hottest,
                     ref="B",
                     instant=True,
                     format="table",
@@ -231,169 +370,273 @@ def fleet_overview() -> Json:
             ],
             "percentunit",
             (14, 10),
-            options=table_options,
+            options={
+                "showHeader": True,
+                "showTypeIcons": False,
+                "frameIndex": 0,
+                "cellHeight": "sm",
+                "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
+                "sortBy": [{"displayName": "1 ms peak", "desc": True}],
+            },
+            overrides=link_override,
             transformations=[
                 {"id": "merge", "options": {}},
                 {
                     "id": "organize",
                     "options": {
-                        "excludeByName": {"Time": True, "window": True, "__name__": True},
+                        "excludeByName": {
+                            "Time": True,
+                            "window": True,
+                            "__name__": True,
+                            "job": True,
+                        },
                         "renameByName": {"Value #A": "1 ms peak", "Value #B": "15 s average"},
                     },
                 },
             ],
         ),
         panel(
-            "bargauge",
+            "table",
             "Ports with hidden saturation",
-            "Share of time each port direction spent saturated (>= 90%) inside 15 s windows "
-            "whose mean stayed below 25%: saturation a 15 s scrape reports as quiet.",
+            "Share of the last 5 m each port direction spent saturated (>= 90%) inside 15 s "
+            "windows whose mean stayed below 25%: saturation a 15 s scrape reports as quiet. "
+            "Click a node to open its Port drill-down.",
             [
                 target(
                     "topk(10, rate(burstscope_port_hidden_saturated_seconds_total"
-                    f"{{{FLEET_PORT}}}[$__rate_interval]))",
-                    "{{instance}} {{device}}/{{port}} {{direction}}",
+                    f"{{{FLEET}}}[5m]) > 0)",
                     instant=True,
+                    format="table",
                 )
             ],
             "percentunit",
             (10, 10),
-            options={"orientation": "horizontal", "displayMode": "gradient"},
-        ),
-        panel(
-            "timeseries",
-            "Share of saturated milliseconds per node",
-            "Per node, the share of all its ports' 1 ms samples at or above 90% of line rate: "
-            '1 - bucket{le="0.9"} / count of the utilization histogram, summed over ports '
-            "before dividing.",
-            [
-                target(
-                    "1 - (\n"
-                    "  sum by (instance) (rate(burstscope_port_utilization_ratio_bucket"
-                    f'{{{FLEET_PORT}, le="0.9"}}[$__rate_interval]))\n'
-                    "    /\n"
-                    "  sum by (instance) (rate(burstscope_port_utilization_ratio_count"
-                    f"{{{FLEET_PORT}}}[$__rate_interval]))\n"
-                    ")",
-                    "{{instance}}",
-                )
+            options={
+                "showHeader": True,
+                "showTypeIcons": False,
+                "frameIndex": 0,
+                "cellHeight": "sm",
+                "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
+                "sortBy": [{"displayName": "hidden saturated share", "desc": True}],
+            },
+            overrides=link_override,
+            transformations=[
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {"Time": True, "job": True},
+                        "renameByName": {"Value": "hidden saturated share"},
+                    },
+                }
             ],
-            "percentunit",
         ),
+    ]
+
+
+def fleet_trends_row() -> list[Json]:
+    """Per-node recorded series, as their spread across the fleet (3 lines, not 590)."""
+
+    def peak_of(name: str) -> str:
+        return f"max_over_time({name}{{{NODES}}}[$__interval])"
+
+    return [
+        row("Fleet trends (spread across nodes)"),
         panel(
             "timeseries",
-            "Rail synchrony: share of a node's ports bursting together",
-            "Per node: the share of its port directions whose 1 ms peak over the last 15 s "
-            "reached 90%. 1 means every rail saturated within the same 15 s (a synchronized "
-            "collective); a lone port near 0 is one hot rail. A proxy: it cannot tell whether "
-            "the bursts overlapped within the same millisecond.",
+            "1 ms peak and 15 s average, across nodes",
+            "Per node, the highest 1 ms sample of any port in each step (max_over_time of the "
+            "15 s peak, so zooming out drops no peak), and the highest mean over one 15 s "
+            "scrape interval of any port in each step; then the highest node, the 90th "
+            "percentile and the median node.",
             [
+                target(f"max({peak_of(NODE_PEAK)})", "highest 1 ms peak", "A"),
+                target(f"quantile(0.5, {peak_of(NODE_PEAK)})", "median node's 1 ms peak", "B"),
+                target(f"max({peak_of(NODE_AVERAGE_15S)})", "highest 15 s average", "C"),
                 target(
-                    f"count by (instance) ({peak} >= 0.9)\n"
-                    f"  / count by (instance) ({peak})\n"
-                    f"or on (instance) 0 * count by (instance) ({peak})",
-                    "{{instance}}",
-                )
-            ],
-            "percentunit",
-        ),
-        row("Fleet trends"),
-        panel(
-            "timeseries",
-            "Highest 1 ms peak and highest 15 s average in the fleet",
-            "The same contrast over time: the hottest 1 ms in any port's trailing 15 s, and "
-            "the highest 15 s mean of any port.",
-            [
-                target(f"max({peak})", "highest 1 ms peak", "A"),
-                target(
-                    "max(\n"
-                    + utilization_average(FLEET_PORT, FLEET_PORT, "$__rate_interval")
-                    + "\n)",
-                    "highest 15 s average",
-                    "B",
+                    f"quantile(0.5, {peak_of(NODE_AVERAGE_15S)})",
+                    "median node's 15 s average",
+                    "D",
                 ),
             ],
             "percentunit",
         ),
         panel(
             "timeseries",
-            "Bursts per second per node",
-            "Bursts (runs above 50% of line rate) that ended, per second, all ports of a node.",
-            [
-                target(
-                    "sum by (instance) (rate(burstscope_port_bursts_total"
-                    f"{{{FLEET_PORT}}}[$__rate_interval]))",
-                    "{{instance}}",
-                )
-            ],
-            "ops",
-        ),
-        panel(
-            "stat",
-            "Samplers up",
-            "Nodes whose 1 ms sampler process is running.",
-            [target(f"sum(burstscope_sampler_up{{{NODE}}})", "up", instant=True)],
-            "none",
-            (6, 5),
-            options={"reduceOptions": {"calcs": ["lastNotNull"]}, "colorMode": "value"},
+            "Share of saturated milliseconds, across nodes",
+            "Per node, the share of all its ports' 1 ms samples at or above 90% of line rate "
+            "over the last 5 m (recording rule, buckets summed over ports before dividing); "
+            "the highest in each step, the 90th percentile and the median node.",
+            spread(peak_of(NODE_SATURATED), "node"),
+            "percentunit",
         ),
         panel(
             "timeseries",
-            "Missed sampler ticks per node",
-            "Deadlines the 1 ms sampler skipped, per second. Anything above 0 for long means "
-            "peaks from that node are incomplete (alert AgentLagging).",
-            [
-                target(
-                    "sum by (instance) (rate(burstscope_sampler_missed_ticks_total"
-                    f"{{{NODE}}}[$__rate_interval]))",
-                    "{{instance}}",
-                )
-            ],
+            "Rail synchrony, across nodes",
+            "Per node: the share of its port directions whose 1 ms peak over the last 15 s "
+            "reached 90% (highest in each step). 1 means every rail saturated within the same "
+            "15 s (a synchronized collective); a lone port near 0 is one hot rail. A proxy: it "
+            "cannot tell whether the bursts overlapped within the same millisecond.",
+            spread(peak_of(NODE_SYNCHRONY), "node"),
+            "percentunit",
+        ),
+        panel(
+            "timeseries",
+            "Bursts per second, across nodes",
+            "Bursts (runs above 50% of line rate) that ended per second over the last 1 m, "
+            "all ports of a node (recording rule); highest, 90th percentile and median node.",
+            spread(f"{NODE_BURSTS}{{{NODES}}}", "node"),
             "ops",
-            (18, 5),
         ),
     ]
+
+
+def fleet_agents_row() -> list[Json]:
+    """Whether every agent runs, samples on time, and what it costs its node."""
+    job = 'job="burstscope", ' + NODES
+    down_steps: list[Json] = [{"color": "green", "value": None}, {"color": "red", "value": 1}]
+    none_down = value_mappings({"0": ("none", "green")})
+    return [
+        row("Agents"),
+        stat(
+            "Agents down",
+            "Targets of job burstscope whose last scrape failed (up == 0): alert AgentDown.",
+            [target(f"count(up{{{job}}} == 0) or vector(0)", "down", instant=True)],
+            (4, 6),
+            down_steps,
+            none_down,
+        ),
+        stat(
+            "Samplers down",
+            "Agents that answer but whose 1 ms sampler process is not running "
+            "(burstscope_sampler_up == 0): alert AgentLagging.",
+            [
+                target(
+                    f"count(burstscope_sampler_up{{{NODES}}} == 0) or vector(0)",
+                    "down",
+                    instant=True,
+                )
+            ],
+            (4, 6),
+            down_steps,
+            none_down,
+        ),
+        panel(
+            "timeseries",
+            "Agent CPU per node",
+            "CPU of the agent's main process (process_cpu_seconds_total from "
+            "prometheus-client's process collector), in cores: highest, 90th percentile and "
+            "median node. The 1 ms sampler runs in a child process that no series covers "
+            "yet, so this is the agent's cost without its sampler.",
+            spread(
+                f"rate(process_cpu_seconds_total{{{job}}}[$__rate_interval])",
+                "node",
+            ),
+            "short",
+            (8, 6),
+        ),
+        panel(
+            "timeseries",
+            "Agent memory per node",
+            "Resident memory of the agent's main process (process_resident_memory_bytes); "
+            "the sampler child process is not included.",
+            spread(f"process_resident_memory_bytes{{{job}}}", "node"),
+            "bytes",
+            (8, 6),
+        ),
+        panel(
+            "timeseries",
+            "Missed sampler ticks",
+            "Deadlines the 1 ms sampler skipped, per second: the node missing the most, and "
+            "the fleet total. Anything above 0 for long means peaks from that node are "
+            "incomplete (alert AgentLagging).",
+            [
+                target(
+                    "max(rate(burstscope_sampler_missed_ticks_total"
+                    f"{{{NODES}}}[$__rate_interval]))",
+                    "worst node",
+                    "A",
+                ),
+                target(
+                    "sum(rate(burstscope_sampler_missed_ticks_total"
+                    f"{{{NODES}}}[$__rate_interval]))",
+                    "fleet",
+                    "B",
+                ),
+            ],
+            "ops",
+            (24, 6),
+        ),
+    ]
+
+
+def fleet_overview() -> Json:
     return dashboard(
         "burstscope-fleet-overview",
         "burstscope / Fleet overview",
         "Millisecond peaks of every RDMA port beside the 15 s averages other exporters show.",
-        panels,
+        [*fleet_peaks_row(), *fleet_trends_row(), *fleet_agents_row()],
         drilldown=False,
     )
 
 
-def port_drilldown() -> Json:
-    legend = "{{device}}/{{port}} {{direction}}"
-    rate_of = "rate({name}{{{sel}}}[$__rate_interval])"
-    panels = [
+LEGEND = "{{device}}/{{port}} {{direction}}"
+PORT_LEGEND = "{{device}}/{{port}}"
+
+
+def rate_of(name: str, selector: str) -> str:
+    return f"rate({name}{{{selector}}}[$__rate_interval])"
+
+
+def drill_utilization_row() -> list[Json]:
+    return [
         row("Utilization"),
         panel(
             "timeseries",
-            "15 s average, 1 ms peak and p99",
-            "Mean utilization over the rate interval, the highest 1 ms sample of the trailing "
-            "15 s, and the 99th percentile of 1 ms samples over the rate interval (from the "
-            "utilization histogram).",
+            "1 ms peak, 15 s average and p99",
+            "The highest 1 ms sample in each step (max_over_time of the trailing 15 s peak, "
+            "so zooming out drops no peak); the mean over one 15 s scrape interval "
+            "(recording rule ..._ratio_irate1m), highest in each step; and the 99th "
+            "percentile of 1 ms samples over the rate interval (from the utilization "
+            "histogram). Lines at 25% (busy) and 90% (saturated).",
             [
                 target(
-                    utilization_average(DRILL, DRILL_PORT, "$__rate_interval"),
-                    legend + " average",
+                    "max_over_time(burstscope_port_peak_utilization_ratio"
+                    f'{{{PORT_DIRECTION}, window="15s"}}[$__interval])',
+                    LEGEND + " 1 ms peak",
                     "A",
                 ),
                 target(
-                    f'burstscope_port_peak_utilization_ratio{{{DRILL}, window="15s"}}',
-                    legend + " 1 ms peak (15 s)",
+                    f"max_over_time({AVERAGE_15S}{{{PORT_DIRECTION}}}[$__interval])",
+                    LEGEND + " 15 s average",
                     "B",
                 ),
                 target(
                     "histogram_quantile(0.99, "
-                    + rate_of.format(name="burstscope_port_utilization_ratio_bucket", sel=DRILL)
+                    + rate_of("burstscope_port_utilization_ratio_bucket", PORT_DIRECTION)
                     + ")",
-                    legend + " p99",
+                    LEGEND + " p99 of 1 ms samples",
                     "C",
                 ),
             ],
             "percentunit",
             (24, 9),
+        ),
+        panel(
+            "timeseries",
+            "Share of milliseconds at >= 95% (BurstSaturation)",
+            "Share of 1 ms samples at or above 95% of line rate over 5 m (recording rule), "
+            "highest in each step, beside the share above which BurstSaturation pages "
+            "(global:burstscope_burst_saturation_share:threshold).",
+            [
+                target(
+                    f"max_over_time({PORT_ABOVE_95}{{{PORT_DIRECTION}}}[$__interval])",
+                    LEGEND,
+                    "A",
+                ),
+                target("global:burstscope_burst_saturation_share:threshold", "alert share", "B"),
+            ],
+            "percentunit",
+            (12, 9),
         ),
         panel(
             "heatmap",
@@ -402,60 +645,75 @@ def port_drilldown() -> Json:
             [
                 target(
                     "sum by (le) ("
-                    + rate_of.format(name="burstscope_port_utilization_ratio_bucket", sel=DRILL)
+                    + rate_of("burstscope_port_utilization_ratio_bucket", PORT_DIRECTION)
                     + ")",
                     "{{le}}",
                     format="heatmap",
                 )
             ],
             "percentunit",
-            (24, 9),
+            (12, 9),
             options={
                 "calculate": False,
-                "yAxis": {"unit": "percentunit"},
+                "yAxis": {"unit": "percentunit", "axisPlacement": "left"},
                 "cellValues": {"unit": "ops"},
-                "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
+                "color": {
+                    "mode": "scheme",
+                    "scheme": "Oranges",
+                    "steps": 64,
+                    "fill": "dark-orange",
+                    "scale": "exponential",
+                    "exponent": 0.5,
+                    "reverse": False,
+                },
+                "legend": {"show": True},
+                "tooltip": {"mode": "single", "yHistogram": False, "showColorScale": False},
+                "cellGap": 1,
+                "rowsFrame": {"layout": "auto"},
+                "filterValues": {"le": 1e-9},
+                "exemplars": {"color": "rgba(255,0,255,0.7)"},
+                "showValue": "auto",
+                "selectionMode": "x",
             },
         ),
+    ]
+
+
+def drill_bursts_row() -> list[Json]:
+    duration = "burstscope_port_burst_duration_seconds"
+    return [
         row("Bursts"),
         panel(
             "timeseries",
             "Burst rate",
             "Bursts (maximal runs above 50% of line rate) that ended, per second.",
-            [
-                target(
-                    rate_of.format(name="burstscope_port_bursts_total", sel=DRILL),
-                    legend,
-                )
-            ],
+            [target(rate_of("burstscope_port_bursts_total", PORT_DIRECTION), LEGEND)],
             "ops",
             (8, 8),
         ),
         panel(
             "timeseries",
             "Burst duration",
-            "Mean and p99 duration of the bursts that ended in the rate interval "
-            "(both directions of a port: the histogram is per port).",
+            "Mean, median and p99 duration of the bursts that ended in the rate interval "
+            "(both directions of a port: the histogram is per port; buckets one per decade "
+            "from 1 ms to 10 s).",
             [
                 target(
-                    rate_of.format(
-                        name="burstscope_port_burst_duration_seconds_sum", sel=DRILL_PORT
-                    )
+                    rate_of(f"{duration}_sum", PORT)
                     + "\n  /\n"
-                    + rate_of.format(
-                        name="burstscope_port_burst_duration_seconds_count", sel=DRILL_PORT
-                    ),
-                    "{{device}}/{{port}} mean",
+                    + rate_of(f"{duration}_count", PORT),
+                    PORT_LEGEND + " mean",
                     "A",
                 ),
                 target(
-                    "histogram_quantile(0.99, "
-                    + rate_of.format(
-                        name="burstscope_port_burst_duration_seconds_bucket", sel=DRILL_PORT
-                    )
-                    + ")",
-                    "{{device}}/{{port}} p99",
+                    f"histogram_quantile(0.5, {rate_of(f'{duration}_bucket', PORT)})",
+                    PORT_LEGEND + " p50",
                     "B",
+                ),
+                target(
+                    f"histogram_quantile(0.99, {rate_of(f'{duration}_bucket', PORT)})",
+                    PORT_LEGEND + " p99",
+                    "C",
                 ),
             ],
             "s",
@@ -464,37 +722,35 @@ def port_drilldown() -> Json:
         panel(
             "timeseries",
             "Saturated time",
-            "Share of time at or above 90% of line rate, and the part of it inside 15 s "
-            "windows that looked quiet (hidden).",
+            "Share of time at or above 90% of line rate over the rate interval, and the part "
+            "of it inside 15 s windows that looked quiet (hidden).",
             [
                 target(
-                    rate_of.format(name="burstscope_port_saturated_seconds_total", sel=DRILL),
-                    legend + " saturated",
+                    rate_of("burstscope_port_saturated_seconds_total", PORT_DIRECTION),
+                    LEGEND + " saturated",
                     "A",
                 ),
                 target(
-                    rate_of.format(
-                        name="burstscope_port_hidden_saturated_seconds_total", sel=DRILL
-                    ),
-                    legend + " hidden",
+                    rate_of("burstscope_port_hidden_saturated_seconds_total", PORT_DIRECTION),
+                    LEGEND + " hidden",
                     "B",
                 ),
             ],
             "percentunit",
             (8, 8),
         ),
+    ]
+
+
+def drill_congestion_row() -> list[Json]:
+    return [
         row("Congestion beside bursts"),
         panel(
             "timeseries",
             "Bytes carried in bursts",
             "Bytes per second carried inside bursts: line these up with the congestion "
             "counters to the right.",
-            [
-                target(
-                    rate_of.format(name="burstscope_port_burst_bytes_total", sel=DRILL),
-                    legend,
-                )
-            ],
+            [target(rate_of("burstscope_port_burst_bytes_total", PORT_DIRECTION), LEGEND)],
             "Bps",
             (12, 8),
         ),
@@ -505,8 +761,8 @@ def port_drilldown() -> Json:
             "(np_cnp_sent, rp_cnp_handled, rp_cnp_ignored, np_ecn_marked_roce_packets).",
             [
                 target(
-                    rate_of.format(name="burstscope_port_congestion_packets_total", sel=DRILL_PORT),
-                    "{{device}}/{{port}} {{counter}}",
+                    rate_of("burstscope_port_congestion_packets_total", PORT),
+                    PORT_LEGEND + " {{counter}}",
                 )
             ],
             "pps",
@@ -517,14 +773,9 @@ def port_drilldown() -> Json:
             "Transmit wait",
             "port_xmit_wait ticks per second: data queued with nothing sent. Tick length "
             "differs by HCA generation: compare ports of one model only.",
-            [
-                target(
-                    rate_of.format(name="burstscope_port_transmit_wait_total", sel=DRILL_PORT),
-                    "{{device}}/{{port}}",
-                )
-            ],
+            [target(rate_of("burstscope_port_transmit_wait_total", PORT), PORT_LEGEND)],
             "ops",
-            (8, 8),
+            (12, 8),
         ),
         panel(
             "timeseries",
@@ -532,40 +783,34 @@ def port_drilldown() -> Json:
             "PFC pause frames per second by priority and direction (ethtool).",
             [
                 target(
-                    rate_of.format(name="burstscope_port_pfc_pause_frames_total", sel=DRILL),
-                    "{{device}}/{{port}} {{direction}} prio {{priority}}",
+                    rate_of("burstscope_port_pfc_pause_frames_total", PORT_DIRECTION),
+                    PORT_LEGEND + " {{direction}} prio {{priority}}",
                 )
             ],
             "ops",
-            (8, 8),
+            (12, 8),
         ),
+    ]
+
+
+def drill_link_row() -> list[Json]:
+    state_steps: list[Json] = [{"color": "red", "value": None}, {"color": "green", "value": 4}]
+    return [
         row("Link"),
-        panel(
-            "stat",
+        stat(
             "Port state",
-            "Logical port state (4 = ACTIVE; 1 = DOWN, 2 = INIT, 3 = ARMED).",
-            [
-                target(
-                    f"burstscope_port_state{{{DRILL_PORT}}}",
-                    "{{device}}/{{port}}",
-                    instant=True,
-                )
-            ],
-            "none",
+            "Logical port state by name (counters state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, "
+            "5 ACTIVE_DEFER). Anything but ACTIVE on a training rail stalls its collectives.",
+            [target(f"burstscope_port_state{{{PORT}}}", PORT_LEGEND, instant=True)],
             (6, 6),
-            options={"reduceOptions": {"calcs": ["lastNotNull"]}, "colorMode": "background"},
-            overrides=[],
+            state_steps,
+            value_mappings(PORT_STATES),
         ),
         panel(
             "timeseries",
             "Line rate",
             "Line rate of each port: a drop below its usual value is a degraded link.",
-            [
-                target(
-                    f"burstscope_port_line_rate_bytes_per_second{{{DRILL_PORT}}}",
-                    "{{device}}/{{port}}",
-                )
-            ],
+            [target(f"burstscope_port_line_rate_bytes_per_second{{{PORT}}}", PORT_LEGEND)],
             "Bps",
             (6, 6),
         ),
@@ -575,37 +820,50 @@ def port_drilldown() -> Json:
             "Link error PortCounters and link_downed increments over the rate interval.",
             [
                 target(
-                    f"increase(burstscope_port_errors_total{{{DRILL_PORT}}}[$__rate_interval])",
-                    "{{device}}/{{port}} {{counter}}",
+                    f"increase(burstscope_port_errors_total{{{PORT}}}[$__rate_interval])",
+                    PORT_LEGEND + " {{counter}}",
                     "A",
                 ),
                 target(
-                    "increase(burstscope_port_link_downed_total"
-                    f"{{{DRILL_PORT}}}[$__rate_interval])",
-                    "{{device}}/{{port}} link_downed",
+                    f"increase(burstscope_port_link_downed_total{{{PORT}}}[$__rate_interval])",
+                    PORT_LEGEND + " link_downed",
                     "B",
                 ),
             ],
             "short",
             (12, 6),
         ),
+    ]
+
+
+def drill_health_row() -> list[Json]:
+    up_down = value_mappings({"0": ("down", "red"), "1": ("up", "green")})
+    up_steps: list[Json] = [{"color": "red", "value": None}, {"color": "green", "value": 1}]
+    return [
         row("Agent health"),
-        panel(
-            "stat",
-            "Sampler up",
-            "1 while the 1 ms sampler process is alive; realtime is 1 under SCHED_FIFO.",
-            [
-                target(f"burstscope_sampler_up{{{NODE}}}", "{{instance}} up", "A", instant=True),
-                target(
-                    f"burstscope_sampler_realtime{{{NODE}}}",
-                    "{{instance}} realtime",
-                    "B",
-                    instant=True,
-                ),
-            ],
-            "none",
-            (6, 7),
-            options={"reduceOptions": {"calcs": ["lastNotNull"]}, "colorMode": "value"},
+        stat(
+            "Agent scrape",
+            "up: whether Prometheus' last scrape of this agent succeeded (alert AgentDown).",
+            [target(f'up{{job="burstscope", {NODES}}}', "scrape", instant=True)],
+            (4, 7),
+            up_steps,
+            up_down,
+        ),
+        stat(
+            "Sampler",
+            "1 while the 1 ms sampler process is alive (alert AgentLagging when it is not).",
+            [target(f"burstscope_sampler_up{{{NODES}}}", "sampler", instant=True)],
+            (4, 7),
+            up_steps,
+            up_down,
+        ),
+        stat(
+            "Realtime scheduling",
+            "Whether the sampler runs under SCHED_FIFO; without it, expect more lateness.",
+            [target(f"burstscope_sampler_realtime{{{NODES}}}", "SCHED_FIFO", instant=True)],
+            (4, 7),
+            [{"color": "orange", "value": None}, {"color": "green", "value": 1}],
+            value_mappings({"0": ("no", "orange"), "1": ("yes", "green")}),
         ),
         panel(
             "timeseries",
@@ -614,18 +872,18 @@ def port_drilldown() -> Json:
             "them, per second.",
             [
                 target(
-                    f"rate(burstscope_sampler_missed_ticks_total{{{NODE}}}[$__rate_interval])",
+                    rate_of("burstscope_sampler_missed_ticks_total", NODES),
                     "{{instance}} missed ticks",
                     "A",
                 ),
                 target(
-                    f"rate(burstscope_ring_lost_samples_total{{{NODE}}}[$__rate_interval])",
+                    rate_of("burstscope_ring_lost_samples_total", NODES),
                     "{{instance}} lost samples",
                     "B",
                 ),
             ],
             "ops",
-            (9, 7),
+            (12, 7),
         ),
         panel(
             "timeseries",
@@ -634,19 +892,20 @@ def port_drilldown() -> Json:
             "for scale.",
             [
                 target(
-                    "histogram_quantile(0.99, rate(burstscope_sampler_lateness_seconds_bucket"
-                    f"{{{NODE}}}[$__rate_interval]))",
+                    "histogram_quantile(0.99, "
+                    + rate_of("burstscope_sampler_lateness_seconds_bucket", NODES)
+                    + ")",
                     "{{instance}} p99 lateness",
                     "A",
                 ),
                 target(
-                    f"burstscope_sampler_interval_seconds{{{NODE}}}",
+                    f"burstscope_sampler_interval_seconds{{{NODES}}}",
                     "{{instance}} interval",
                     "B",
                 ),
             ],
             "s",
-            (9, 7),
+            (8, 7),
         ),
         panel(
             "timeseries",
@@ -657,8 +916,8 @@ def port_drilldown() -> Json:
             [
                 target(
                     "histogram_quantile(0.99, sum by (instance, source, le) ("
-                    f"rate(burstscope_source_read_duration_seconds_bucket{{{NODE}}}"
-                    "[$__rate_interval])))",
+                    + rate_of("burstscope_source_read_duration_seconds_bucket", NODES)
+                    + "))",
                     "{{instance}} {{source}}",
                 )
             ],
@@ -667,15 +926,23 @@ def port_drilldown() -> Json:
         ),
         panel(
             "timeseries",
-            "Scrape duration",
-            "How long the previous /metrics scrape took to build.",
+            "Scrape duration and agent cost",
+            "How long the previous /metrics scrape took to build, and the CPU of the agent's "
+            "main process in cores (the sampler child process is not included).",
             [
                 target(
-                    f"burstscope_scrape_duration_seconds{{{NODE}}}",
-                    "{{instance}}",
-                )
+                    f"burstscope_scrape_duration_seconds{{{NODES}}}",
+                    "{{instance}} scrape (s)",
+                    "A",
+                ),
+                target(
+                    f'rate(process_cpu_seconds_total{{job="burstscope", {NODES}}}'
+                    "[$__rate_interval])",
+                    "{{instance}} agent CPU (cores)",
+                    "B",
+                ),
             ],
-            "s",
+            "short",
             (8, 7),
         ),
         panel(
@@ -684,30 +951,39 @@ def port_drilldown() -> Json:
             "Failed opens, polls or files of slow sources, and failed 1 ms data reads, per second.",
             [
                 target(
-                    f"rate(burstscope_source_errors_total{{{NODE}}}[$__rate_interval])",
+                    rate_of("burstscope_source_errors_total", NODES),
                     "{{instance}} {{source}}",
                     "A",
                 ),
                 target(
-                    f"rate(burstscope_port_failed_reads_total{{{DRILL_PORT}}}[$__rate_interval])",
-                    "{{device}}/{{port}} failed reads",
+                    rate_of("burstscope_port_failed_reads_total", PORT),
+                    PORT_LEGEND + " failed reads",
                     "B",
                 ),
                 target(
-                    f"rate(burstscope_port_data_resets_total{{{DRILL_PORT}}}[$__rate_interval])",
-                    "{{device}}/{{port}} counter resets",
+                    rate_of("burstscope_port_data_resets_total", PORT),
+                    PORT_LEGEND + " counter resets",
                     "C",
                 ),
             ],
             "ops",
-            (8, 7),
+            (24, 7),
         ),
     ]
+
+
+def port_drilldown() -> Json:
     return dashboard(
-        "burstscope-port-drilldown",
+        DRILLDOWN_UID,
         "burstscope / Port drill-down",
         "One node's ports: average, peak and p99 together, bursts, congestion, agent health.",
-        panels,
+        [
+            *drill_utilization_row(),
+            *drill_bursts_row(),
+            *drill_congestion_row(),
+            *drill_link_row(),
+            *drill_health_row(),
+        ],
         drilldown=True,
     )
 

@@ -137,12 +137,16 @@ def test_dashboards_cover_what_the_issue_asks() -> None:
         'burstscope_port_peak_utilization_ratio{instance=~"$instance", device=~"$device", '
         'window="15s"}',
         "burstscope_port_hidden_saturated_seconds_total",
-        'le="0.9"',
-        ">= 0.9",
+        "instance:burstscope_port_saturated_samples_per_samples:ratio_rate5m",
+        "instance:burstscope_port_peak_utilization_above_90_percent_per_ports:ratio",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        'up{job="burstscope"',
     ):
         assert needed in fleet, needed
     for needed in (
         "histogram_quantile(0.99, rate(burstscope_port_utilization_ratio_bucket",
+        "global:burstscope_burst_saturation_share:threshold",
         "burstscope_port_bursts_total",
         "burstscope_port_burst_duration_seconds_bucket",
         "burstscope_port_congestion_packets_total",
@@ -159,11 +163,79 @@ def test_dashboards_cover_what_the_issue_asks() -> None:
     assert heatmaps and heatmaps[0]["targets"][0]["format"] == "heatmap"
 
 
+def test_peaks_survive_zooming_out_and_averages_read_the_15s_rule() -> None:
+    """A raw peak gauge over a long range keeps one sample per step and drops the rest."""
+    for name in FILES:
+        for expr in exprs(load(name)):
+            if "peak_utilization_ratio" in expr and "topk(" not in expr:
+                assert "max_over_time(" in expr and "[$__interval]" in expr, expr
+            assert "bytes_total" not in expr or "data_bytes" not in expr, expr
+
+
+def test_utilization_panels_draw_busy_and_saturated_lines() -> None:
+    for name in FILES:
+        for panel in panels(load(name)):
+            defaults = panel.get("fieldConfig", {}).get("defaults", {})
+            if panel["type"] == "row" or defaults.get("unit") != "percentunit":
+                continue
+            if panel["type"] == "heatmap":
+                continue
+            steps = [step["value"] for step in defaults["thresholds"]["steps"]]
+            assert steps == [None, 0.25, 0.9], panel["title"]
+            if panel["type"] == "timeseries":
+                assert defaults["custom"]["thresholdsStyle"]["mode"] != "off", panel["title"]
+
+
+def test_every_stat_has_thresholds_and_value_mappings() -> None:
+    stats = [p for name in FILES for p in panels(load(name)) if p["type"] == "stat"]
+    assert len(stats) >= 5
+    for panel in stats:
+        defaults = panel["fieldConfig"]["defaults"]
+        assert len(defaults["thresholds"]["steps"]) >= 2, panel["title"]
+        assert defaults["mappings"], panel["title"]
+    state = next(p for p in stats if p["title"] == "Port state")
+    texts = {
+        k: v["text"] for k, v in state["fieldConfig"]["defaults"]["mappings"][0]["options"].items()
+    }
+    assert texts["4"] == "ACTIVE" and texts["1"] == "DOWN"
+
+
+def test_fleet_rows_link_to_the_drilldown_with_node_port_and_time() -> None:
+    tables = [p for p in panels(load(FILES[0])) if p["type"] == "table"]
+    assert tables
+    for panel in tables:
+        links = [
+            link
+            for override in panel["fieldConfig"]["overrides"]
+            for prop in override["properties"]
+            if prop["id"] == "links"
+            for link in prop["value"]
+        ]
+        assert links, panel["title"]
+        url = links[0]["url"]
+        assert url.startswith(f"/d/{load(FILES[1])['uid']}/")
+        for needed in ("var-instance=", "var-device=", "var-port=", "${__url_time_range}"):
+            assert needed in url, (panel["title"], needed)
+
+
+def test_drilldown_opens_on_one_node_with_compact_legends() -> None:
+    drill = load(FILES[1])
+    instance = next(v for v in drill["templating"]["list"] if v["name"] == "instance")
+    assert instance["multi"] is False and instance["includeAll"] is False
+    for name in FILES:
+        for panel in panels(load(name)):
+            if panel["type"] == "timeseries":
+                legend = panel["options"]["legend"]
+                assert legend["displayMode"] == "list" and legend["placement"] == "bottom"
+
+
 def test_provisioning_files() -> None:
     datasource = (DASHBOARDS / "provisioning" / "datasources" / "burstscope.yaml").read_text()
     assert re.search(r"^apiVersion: 1$", datasource, flags=re.MULTILINE)
     assert re.search(r"^\s+type: prometheus$", datasource, flags=re.MULTILINE)
     assert re.search(r"^\s+access: proxy$", datasource, flags=re.MULTILINE)
+    # isDefault makes a Grafana that already has a default datasource refuse to start.
+    assert not re.search(r"^\s+isDefault:", datasource, flags=re.MULTILINE)
     providers = (DASHBOARDS / "provisioning" / "dashboards" / "burstscope.yaml").read_text()
     assert re.search(r"^apiVersion: 1$", providers, flags=re.MULTILINE)
     assert re.search(r"^\s+type: file$", providers, flags=re.MULTILINE)
