@@ -4,7 +4,8 @@
 alert both fires and stays silent. The checks below make sure that stays true as alerts are
 added: every alert in alerts.rules.yml has a firing case and a silent case in the unit
 tests, carries summary, description and an absolute runbook_url under the one base the
-README tells operators to replace, and every recording rule is named level:metric:operations. (No YAML parser is a dependency: the rule files are ours
+README tells operators to replace, and every recording rule is named
+level:metric:operations. (No YAML parser is a dependency: the rule files are ours
 and regular, so a few regular expressions read them.)
 """
 
