@@ -404,7 +404,7 @@ def fleet_peaks_row() -> list[Json]:
             [
                 target(
                     "topk(10, rate(burstscope_port_hidden_saturated_seconds_total"
-                    f"{{{FLEET}}}[5m]) > 0)",
+                    f"{{{FLEET}}}[5m]))",
                     instant=True,
                     format="table",
                 )

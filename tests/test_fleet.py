@@ -1,0 +1,113 @@
+"""A small fleet in a real Prometheus: bench/fleet.py's nodes, scraped every second.
+
+50 simulated nodes (every fifth quiet) serve real sim-agent expositions on their own
+loopback addresses; Prometheus (Debian's ``prometheus``) scrapes them every 1 s with both
+rule files, every ``for:`` cut to 2 s. Checks: every panel query of both dashboards
+returns data, AgentDown fires for a stopped node and only for it, BurstSaturation fires
+for the saturated nodes only. Waits on conditions; skips without the binary, fails under
+BURSTSCOPE_REQUIRE_INTEGRATION=1.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.exporter import free_port
+from bench.fleet import (
+    Fleet,
+    Prometheus,
+    capture_agent,
+    dashboard_targets,
+    make_fleet,
+    prometheus_config,
+    running_prometheus,
+    substitute,
+)
+from tests.conftest import require_binary
+
+pytestmark = pytest.mark.integration
+NODES = 50
+# Families the sim source cannot produce: PFC counters come from ethtool on a real netdev.
+NEEDS_REAL_NETDEV = "burstscope_port_pfc_pause_frames_total"
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def fleet_and_prometheus(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Fleet, Prometheus]]:
+    binary = require_binary("prometheus")
+    fleet = make_fleet(capture_agent(seconds=2.0), NODES, quiet_every=5, port=free_port())
+    tmp: Path = tmp_path_factory.mktemp("fleet")
+    config = prometheus_config(tmp, fleet, "1s", shorten_for=True)
+    with fleet.running(), running_prometheus(binary, config, tmp / "data", free_port()) as prom:
+        wait_for(
+            lambda: prom.value('count(up{job="burstscope"} == 1)') == NODES,
+            60,
+            "every node scraped",
+        )
+        yield fleet, prom
+
+
+def firing(prom: Prometheus, alert: str) -> set[str]:
+    alerts = prom.get("/api/v1/alerts")["data"]["alerts"]
+    return {
+        a["labels"].get("instance", "")
+        for a in alerts
+        if a["labels"]["alertname"] == alert and a["state"] == "firing"
+    }
+
+
+def test_burst_saturation_fires_for_the_saturated_nodes_only(
+    fleet_and_prometheus: tuple[Fleet, Prometheus],
+) -> None:
+    fleet, prom = fleet_and_prometheus
+    address = {f"{n.address}:{fleet.port}": n for n in fleet.nodes}
+    saturated = {i for i, n in address.items() if not n.quiet}
+    wait_for(lambda: firing(prom, "BurstSaturation") >= saturated, 60, "BurstSaturation")
+    assert firing(prom, "BurstSaturation") == saturated
+
+
+def test_every_panel_query_returns_data(fleet_and_prometheus: tuple[Fleet, Prometheus]) -> None:
+    fleet, prom = fleet_and_prometheus
+    node = f"{fleet.nodes[1].address}:{fleet.port}"
+    wait_for(lambda: prom.value("count(instance:burstscope_port_bursts:rate1m)") > 0, 60, "rules")
+    problems, exempt = [], []
+    for dashboard, title, expr, _ in dashboard_targets():
+        query = substitute(expr, node if dashboard == "port-drilldown" else "", 15, 1)
+        answer = prom.get("/api/v1/query", query=query)
+        if answer.get("status") != "success":
+            problems.append(f"{dashboard}: {title}: {answer.get('error')}")
+        elif not answer["data"]["result"]:
+            (exempt if NEEDS_REAL_NETDEV in expr else problems).append(f"{title}: {query}")
+    assert problems == []
+    assert len(exempt) <= 1
+
+
+def test_agent_down_fires_for_a_stopped_node_only(
+    fleet_and_prometheus: tuple[Fleet, Prometheus],
+) -> None:
+    fleet, prom = fleet_and_prometheus
+    stopped = fleet.nodes[3]
+    stopped.stopped = True
+    try:
+        instance = f"{stopped.address}:{fleet.port}"
+        wait_for(lambda: instance in firing(prom, "AgentDown"), 60, "AgentDown")
+        assert firing(prom, "AgentDown") == {instance}
+    finally:
+        stopped.stopped = False
