@@ -79,8 +79,8 @@ def capture_agent(seconds: float = 5.0) -> Exposition:
             raise RuntimeError("the sim agent did not sample within 10 s")
         url = f"http://127.0.0.1:{port}/metrics"
         deadline = time.monotonic() + 60
-        # Wait for the slow poller's first readings (state, errors) to be in the exposition.
-        while "burstscope_port_errors_total{" not in scrape(url):
+        # Wait for the slow poller's first readings (port state) to be in the exposition.
+        while "burstscope_port_state{" not in scrape(url):
             if time.monotonic() > deadline:
                 raise RuntimeError("the sim agent exported no slow counters within 60 s")
             time.sleep(0.2)
