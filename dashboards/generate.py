@@ -43,6 +43,11 @@ NODE_AVERAGE_15S = "instance:burstscope_port_data_bytes_per_line_rate:max_ratio_
 NODE_SATURATED = "instance:burstscope_port_saturated_samples_per_samples:ratio_rate5m"
 NODE_SYNCHRONY = "instance:burstscope_port_peak_utilization_above_90_percent_per_ports:ratio"
 NODE_BURSTS = "instance:burstscope_port_bursts:rate1m"
+# Grafana's "Min interval" on the fleet panels over time: each reads one series per node
+# (590 on Acme's fleet), so a 6 h view at Grafana's ~1,000 points (a 20 s step) costs
+# 590 x 1,080 points per line; one point a minute is a third of that, and
+# max_over_time(...[$__interval]) still keeps every peak inside the minute.
+FLEET_MIN_INTERVAL = "1m"
 PORT_ABOVE_95 = (
     "instance_device_port_direction:burstscope_port_samples_above_95_percent_per_samples"
     ":ratio_rate5m"
@@ -459,6 +464,7 @@ def fleet_trends_row() -> list[Json]:
                 ),
             ],
             "percentunit",
+            interval=FLEET_MIN_INTERVAL,
         ),
         panel(
             "timeseries",
@@ -468,6 +474,7 @@ def fleet_trends_row() -> list[Json]:
             "the highest in each step, the 90th percentile and the median node.",
             spread(peak_of(NODE_SATURATED), "node"),
             "percentunit",
+            interval=FLEET_MIN_INTERVAL,
         ),
         panel(
             "timeseries",
@@ -478,6 +485,7 @@ def fleet_trends_row() -> list[Json]:
             "cannot tell whether the bursts overlapped within the same millisecond.",
             spread(peak_of(NODE_SYNCHRONY), "node"),
             "percentunit",
+            interval=FLEET_MIN_INTERVAL,
         ),
         panel(
             "timeseries",
@@ -486,6 +494,7 @@ def fleet_trends_row() -> list[Json]:
             "all ports of a node (recording rule); highest, 90th percentile and median node.",
             spread(f"{NODE_BURSTS}{{{NODES}}}", "node"),
             "ops",
+            interval=FLEET_MIN_INTERVAL,
         ),
     ]
 
@@ -533,6 +542,7 @@ def fleet_agents_row() -> list[Json]:
             ),
             "short",
             (8, 6),
+            interval=FLEET_MIN_INTERVAL,
         ),
         panel(
             "timeseries",
@@ -542,6 +552,7 @@ def fleet_agents_row() -> list[Json]:
             spread(f"process_resident_memory_bytes{{{job}}}", "node"),
             "bytes",
             (8, 6),
+            interval=FLEET_MIN_INTERVAL,
         ),
         panel(
             "timeseries",
@@ -565,6 +576,7 @@ def fleet_agents_row() -> list[Json]:
             ],
             "ops",
             (24, 6),
+            interval=FLEET_MIN_INTERVAL,
         ),
     ]
 
