@@ -94,14 +94,14 @@ def test_every_panel_query_returns_data(fleet_and_prometheus: tuple[Fleet, Prome
     node = f"{fleet.nodes[1].address}:{fleet.port}"
     wait_for(lambda: prom.value("count(instance:burstscope_port_bursts:rate1m)") > 0, 60, "rules")
     problems, exempt = [], []
-    for dashboard, title, expr, _ in dashboard_targets():
-        query = substitute(expr, node if dashboard == "port-drilldown" else "", 15, 1)
+    for t in dashboard_targets():
+        query = substitute(t.expr, node if t.dashboard == "port-drilldown" else "", 15, 1)
         answer = prom.get("/api/v1/query", query=query)
         if answer.get("status") != "success":
-            problems.append(f"{dashboard}: {title}: {answer.get('error')}")
+            problems.append(f"{t.dashboard}: {t.title}: {answer.get('error')}")
         elif not answer["data"]["result"]:
-            simulated = not any(name in expr for name in NOT_SIMULATED)
-            (problems if simulated else exempt).append(f"{title}: {query}")
+            simulated = not any(name in t.expr for name in NOT_SIMULATED)
+            (problems if simulated else exempt).append(f"{t.title}: {query}")
     assert problems == []
     assert len(exempt) <= 3
 
