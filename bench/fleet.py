@@ -7,13 +7,16 @@ of a real ``burstscope agent --source sim`` taken at the start of the run give e
 series and, for counters, its rate; every node then serves those series with its
 counters advancing at that rate from its own offset. A share of the nodes is quiet (all
 1 ms samples under 1% of line rate, low peaks) so alerts can be checked for firing on the
-saturated nodes only. An hour of history is backfilled the same way
-(``promtool tsdb create-blocks-from openmetrics``) for range queries. Prometheus (Debian's
-``prometheus``) scrapes every 15 s with both rule files and the host relabelling.
+saturated nodes only. The fleet itself is tests/simulated_fleet.py. Prometheus
+(Debian's ``prometheus``) scrapes every 15 s with both rule files and the host relabelling,
+first live for 7 minutes from an empty TSDB (rule evaluation times), then restarted on the
+same TSDB with 6 h of history backfilled (``promtool tsdb create-blocks-from
+openmetrics``) of what the default views read, to time every panel.
 
-Reports: series in the head and per port, scrape duration p99, each rule group's
-evaluation time (highest seen), the latency of every panel query of both dashboards over
-1 h and 6 h through the HTTP API, and Prometheus' peak RSS (VmHWM). Targets (issue 16):
+Reports: series in the head and per port, scrape duration p99, each rule group's and
+rule's evaluation times (highest, median, how many over 2 s), the latency of every panel
+query of both dashboards over 1 h and 6 h through the HTTP API, and Prometheus' peak RSS
+(VmHWM). Targets (issue 16):
 default views <= 1 s over 6 h, all variables at "All" <= 2 s over 1 h, each rule group
 <= 2 s, peak RSS <= 3 GB, <= 60 series per port. ``--json`` prints one JSON line.
 The fleet overview's default view is its all-"All" view; the drill-down shows one node
@@ -23,8 +26,6 @@ The fleet overview's default view is its all-"All" view; the drill-down shows on
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import json
 import math
 import os
@@ -34,201 +35,27 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 _ROOT = Path(__file__).resolve().parent.parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _ROOT / "bench":
-    sys.path[0] = str(_ROOT)
+sys.path.insert(0, str(_ROOT))
 
-DASHBOARDS = _ROOT / "dashboards"
-SAMPLE = re.compile(
-    r"^(?P<series>(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?) (?P<value>\S+)$"
+from tests.emulated_node import free_port  # noqa: E402
+from tests.simulated_fleet import (  # noqa: E402
+    Fleet,
+    Node,
+    Prometheus,
+    capture_agent,
+    dashboard_targets,
+    make_fleet,
+    prometheus_config,
+    running_prometheus,
+    substitute,
 )
-COUNTER_SUFFIXES = ("_total", "_bucket", "_count", "_sum")
+
 PORTS_PER_NODE = 9
-
-
-@dataclass
-class Exposition:
-    """Every series of a real agent scrape: name, text before the value, value, rate."""
-
-    names: list[str]
-    prefixes: list[str]
-    values: list[float]
-    rates: list[float]
-    help_lines: str
-
-
-def capture_agent(seconds: float = 5.0) -> Exposition:
-    """Two scrapes of a real in-process ``agent --source sim``, ``seconds`` apart."""
-    from bench.exporter import agent_settings, free_port, scrape
-    from burstscope.commands.agent import Agent
-    from collector.pipeline import wait_for_first_sample
-
-    port = free_port()
-    agent = Agent(agent_settings(["--source", "sim", "--listen", f"127.0.0.1:{port}"]))
-    agent.start()
-    try:
-        if not wait_for_first_sample(agent.pipeline):
-            raise RuntimeError("the sim agent did not sample within 10 s")
-        url = f"http://127.0.0.1:{port}/metrics"
-        deadline = time.monotonic() + 60
-        # Wait for the slow poller's first readings (port state) to be in the exposition.
-        while "burstscope_port_state{" not in scrape(url):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the sim agent exported no slow counters within 60 s")
-            time.sleep(0.2)
-        first, t1 = scrape(url), time.monotonic()
-        time.sleep(seconds)
-        second, t2 = scrape(url), time.monotonic()
-    finally:
-        agent.stop()
-    before = {m["series"]: float(m["value"]) for m in map(SAMPLE.match, first.splitlines()) if m}
-    names, prefixes, values, rates, helps = [], [], [], [], []
-    for line in second.splitlines():
-        if line.startswith("#"):
-            helps.append(line)
-            continue
-        match = SAMPLE.match(line)
-        if match is None:
-            continue
-        name, series, value = match["name"], match["series"], float(match["value"])
-        rate = 0.0
-        if name.endswith(COUNTER_SUFFIXES) and series in before:
-            rate = max(0.0, (value - before[series]) / (t2 - t1))
-        names.append(name)
-        prefixes.append(series)
-        values.append(value)
-        rates.append(rate)
-    return Exposition(names, prefixes, values, rates, "\n".join(helps))
-
-
-@dataclass
-class Node:
-    address: str
-    offset_s: float
-    quiet: bool
-    stopped: bool = False
-    lines: list[tuple[str, str, float, float]] = field(default_factory=list)
-
-
-@dataclass
-class Fleet:
-    """Serves every node's exposition; counters advance from the capture's rates."""
-
-    exposition: Exposition
-    nodes: list[Node]
-    port: int
-    started: float = field(default_factory=time.time)
-
-    def series(self, node: Node) -> list[tuple[str, str, float, float]]:
-        """(name, series, value at the capture, rate) of every series the node serves."""
-        ex = self.exposition
-        count_rate: dict[str, float] = {}
-        lines = []
-        for name, prefix, value, rate in zip(
-            ex.names, ex.prefixes, ex.values, ex.rates, strict=True
-        ):
-            if node.quiet:
-                if name == "burstscope_port_utilization_ratio_count":
-                    count_rate[prefix.split("{", 1)[1]] = rate
-                elif name == "burstscope_port_peak_utilization_ratio":
-                    value = 0.005
-                elif name.startswith(
-                    ("burstscope_port_burst", "burstscope_port_saturated", "burstscope_port_hidden")
-                ):
-                    rate = 0.0
-            lines.append((name, prefix, value, rate))
-        if node.quiet:
-            # Every sample of a quiet port falls in the lowest bucket: buckets grow as count.
-            for index, (name, prefix, value, rate) in enumerate(lines):
-                if name == "burstscope_port_utilization_ratio_bucket":
-                    labels = re.sub(r',?le="[^"]*"', "", prefix.split("{", 1)[1]).lstrip(",")
-                    lines[index] = (name, prefix, value, count_rate.get(labels, rate))
-        return lines
-
-    def elapsed(self, node: Node, at: float) -> float:
-        return at - self.started + node.offset_s
-
-    def body(self, node: Node, at: float) -> str:
-        elapsed = self.elapsed(node, at)
-        out = [f"{prefix} {value + rate * elapsed!r}" for _, prefix, value, rate in node.lines]
-        return self.exposition.help_lines + "\n" + "\n".join(out) + "\n"
-
-    async def _serve(
-        self, node: Node, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        try:
-            await reader.readuntil(b"\r\n\r\n")
-            if node.stopped:
-                writer.write(
-                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
-                    b"Connection: close\r\n\r\n"
-                )
-            else:
-                data = self.body(node, time.time()).encode()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                    + f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
-                    + data
-                )
-            await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    async def _main(self, ready: threading.Event, stop: threading.Event) -> None:
-        servers = []
-        for node in self.nodes:
-
-            def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter, n: Node = node) -> Any:
-                return self._serve(n, r, w)
-
-            servers.append(await asyncio.start_server(handler, node.address, self.port))
-        ready.set()
-        while not stop.is_set():
-            await asyncio.sleep(0.2)
-        for server in servers:
-            server.close()
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[Fleet]:
-        ready, stop = threading.Event(), threading.Event()
-        thread = threading.Thread(
-            target=asyncio.run, args=(self._main(ready, stop),), name="fleet", daemon=True
-        )
-        thread.start()
-        if not ready.wait(60):
-            raise RuntimeError("the fleet's listeners did not start")
-        try:
-            yield self
-        finally:
-            stop.set()
-            thread.join(10)
-
-
-def make_fleet(exposition: Exposition, count: int, quiet_every: int, port: int) -> Fleet:
-    nodes = [
-        Node(
-            f"127.0.{1 + i // 250}.{1 + i % 250}",
-            offset_s=3600.0 + 7.0 * i,
-            quiet=quiet_every > 0 and i % quiet_every == 0,
-        )
-        for i in range(count)
-    ]
-    fleet = Fleet(exposition, nodes, port)
-    for node in nodes:
-        node.lines = fleet.series(node)
-    return fleet
 
 
 def history_names() -> set[str]:
@@ -283,135 +110,6 @@ def write_backfill(
             samples += len(steps)
         out.write("# EOF\n")
     return samples
-
-
-def prometheus_config(tmp: Path, fleet: Fleet, interval: str, shorten_for: bool) -> Path:
-    names = []
-    for name in ("recording.rules.yml", "alerts.rules.yml"):
-        text = (DASHBOARDS / "prometheus" / name).read_text()
-        if shorten_for:
-            text = re.sub(r"^(\s+for:) \S+$", r"\1 2s", text, flags=re.MULTILINE)
-        (tmp / name).write_text(text)
-        names.append(name)
-    targets = [f"{n.address}:{fleet.port}" for n in fleet.nodes]
-    config = tmp / "prometheus.yml"
-    config.write_text(
-        f"global:\n  scrape_interval: {interval}\n  evaluation_interval: {interval}\n"
-        f"  scrape_timeout: {interval}\n"
-        f"rule_files: {json.dumps(names)}\n"
-        "scrape_configs:\n  - job_name: burstscope\n"
-        f"    static_configs:\n      - targets: {json.dumps(targets)}\n"
-        "    relabel_configs:\n      - source_labels: [__address__]\n"
-        "        regex: '(.+):\\d+'\n        target_label: host\n        replacement: '$1'\n"
-    )
-    return config
-
-
-@dataclass
-class Prometheus:
-    url: str
-    process: subprocess.Popen[bytes]
-
-    def get(self, path: str, timeout: float = 120, **params: str) -> Any:
-        query = urllib.parse.urlencode(params)
-        try:
-            with urllib.request.urlopen(f"{self.url}{path}?{query}", timeout=timeout) as r:
-                return json.loads(r.read())
-        except urllib.error.HTTPError as exc:
-            return json.loads(exc.read())
-
-    def value(self, expr: str) -> float:
-        result = self.get("/api/v1/query", query=expr)["data"]["result"]
-        return float(result[0]["value"][1]) if result else math.nan
-
-    def peak_rss_bytes(self) -> int:
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-        return 0
-
-
-@contextlib.contextmanager
-def running_prometheus(binary: str, config: Path, data: Path, port: int) -> Iterator[Prometheus]:
-    log = (config.parent / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-            "--storage.tsdb.retention.time=30d",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    server = Prometheus(f"http://127.0.0.1:{port}", process)
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError((config.parent / "prometheus.log").read_text()[-2000:])
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as response,
-            ):
-                if response.status == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("prometheus was not ready within 300 s")
-            time.sleep(0.2)
-        yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
-
-
-@dataclass
-class PanelTarget:
-    dashboard: str
-    title: str  # panel title [refId]
-    expr: str
-    instant: bool
-    min_step_s: int  # the panel's "Min interval" (interval), 0 when it sets none
-
-
-def dashboard_targets() -> list[PanelTarget]:
-    """Every target of both dashboards, with what Grafana needs to turn it into a query."""
-    found = []
-    for path in sorted((DASHBOARDS / "grafana").glob("*.json")):
-        stack = list(json.loads(path.read_text())["panels"])
-        while stack:
-            panel = stack.pop(0)
-            stack.extend(panel.get("panels", []))
-            interval = panel.get("interval", "0s")
-            min_step = int(interval[:-1]) * {"s": 1, "m": 60, "h": 3600}[interval[-1]]
-            for t in panel.get("targets", []):
-                found.append(
-                    PanelTarget(
-                        path.stem,
-                        f"{panel['title']} [{t['refId']}]",
-                        t["expr"],
-                        bool(t.get("instant")),
-                        min_step,
-                    )
-                )
-    return found
-
-
-def substitute(expr: str, node: str, step_s: int, scrape_s: int) -> str:
-    """Grafana's variables: drill-down instance = one node, everything else "All"."""
-    rate_interval = max(4 * scrape_s, step_s + scrape_s)
-    expr = expr.replace("$__rate_interval", f"{rate_interval}s").replace(
-        "$__interval", f"{step_s}s"
-    )
-    expr = expr.replace('instance=~"$instance"', f'instance=~"{node or ".*"}"')
-    return re.sub(r"\$(instance|device|port|direction)\b", ".*", expr)
 
 
 def time_panels(prom: Prometheus, node: str, hours: int, scrape_s: int) -> list[dict[str, Any]]:
@@ -526,8 +224,6 @@ def recorded_series(prom: Prometheus, drilldown: str) -> list[tuple[dict[str, st
 def run_bench(
     nodes: int, history_hours: int, live_minutes: float, quiet_every: int
 ) -> dict[str, Any]:
-    from bench.exporter import free_port
-
     binary = shutil.which("prometheus") or "/usr/bin/prometheus"
     promtool = shutil.which("promtool") or "/usr/bin/promtool"
     scrape_s = 15

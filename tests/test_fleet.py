@@ -1,11 +1,11 @@
 """A small fleet in a real Prometheus: bench/fleet.py's nodes, scraped every second.
 
-50 simulated nodes (every fifth quiet) serve real sim-agent expositions on their own
-loopback addresses; Prometheus (Debian's ``prometheus``) scrapes them every 1 s with both
-rule files, every ``for:`` cut to 2 s. Checks: every panel query of both dashboards
-returns data, AgentDown fires for a stopped node and only for it, BurstSaturation fires
-for the saturated nodes only. Waits on conditions; skips without the binary, fails under
-BURSTSCOPE_REQUIRE_INTEGRATION=1.
+50 simulated nodes (tests/simulated_fleet.py, every fifth quiet) serve real sim-agent
+expositions on their own loopback addresses; Prometheus (Debian's ``prometheus``) scrapes
+them every 1 s with both rule files, every ``for:`` cut to 2 s. Checks: every panel query
+of both dashboards returns data, AgentDown fires for a stopped node and only for it,
+BurstSaturation fires for the saturated nodes only. Waits on conditions; skips without the
+binary, fails under BURSTSCOPE_REQUIRE_INTEGRATION=1.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from bench.exporter import free_port
-from bench.fleet import (
+from tests.conftest import require_binary
+from tests.emulated_node import free_port
+from tests.simulated_fleet import (
     Fleet,
     Prometheus,
     capture_agent,
@@ -28,7 +29,6 @@ from bench.fleet import (
     running_prometheus,
     substitute,
 )
-from tests.conftest import require_binary
 
 pytestmark = pytest.mark.integration
 NODES = 50
