@@ -20,7 +20,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from burstscope import __version__
-from burstscope.arguments import build_source_from
+from burstscope.arguments import LINE_RATE_HINT, build_source_from
 from burstscope.errors import UsageError
 from collector.config import AgentConfig, ConfigError, load_config
 from collector.discovery import DEFAULT_SYSFS_ROOT
@@ -63,6 +63,7 @@ class AgentSettings:
     retention: Retention = field(default_factory=Retention)  # [recording] max_bytes, max_age
     source_spec: str | None = None  # as given, for a reload and the trace's metadata
     line_rate_gbits: float | None = None  # --line-rate / line_rate_gbits, if given
+    line_rates_gbits: tuple[tuple[str, float], ...] = ()  # [source.line_rates], --line-rate-for
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
@@ -85,6 +86,11 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
     spec = pick("source", "source", "spec", "sysfs")
     sysfs_root = pick("sysfs_root", "source", "sysfs_root", DEFAULT_SYSFS_ROOT)
     line_rate = pick("line_rate", "source", "line_rate_gbits", None)
+    # Per device: the command line's over the file's, device by device.
+    line_rates = {
+        **config.get("source", "line_rates", {}),
+        **dict(getattr(args, "line_rate_for", None) or ()),
+    }
     interval = config.get("source", "interval", 1_000_000)
     if args.interval is not None:
         try:
@@ -97,13 +103,8 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         pick("include", "source", "include", None),
         pick("exclude", "source", "exclude", None),
         line_rate,
+        line_rates,
     )
-    unknown = [p for p in source.ports if p.line_rate_bytes_per_second <= 0]
-    if unknown:
-        first = unknown[0]
-        raise UsageError(
-            f"line rate of {first.device} port {first.port} is unknown: pass --line-rate GBITS"
-        )
     cert = pick("tls_cert", "listen", "tls_cert", None)
     key = pick("tls_key", "listen", "tls_key", None)
     client_ca = pick("tls_client_ca", "listen", "tls_client_ca", None)
@@ -144,7 +145,36 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         ),
         source_spec=spec,
         line_rate_gbits=line_rate,
+        line_rates_gbits=tuple(sorted(line_rates.items())),
     )
+
+
+def startup_notes(settings: AgentSettings) -> list[str]:
+    """What an operator should know about the ports at start, one line each (logged once).
+
+    A port without a usable line rate is sampled all the same; its utilization is absent
+    until a rate appears. A port whose kernel counters are cached for longer than the
+    sampling interval is read at the cache's pace.
+    """
+    notes = []
+    for port in settings.source.ports:
+        if port.line_rate_bytes_per_second <= 0:
+            why = port.rate_problem or "no usable rate"
+            notes.append(
+                f"{port.device} port {port.port}: line rate unknown ({why}); its bytes are "
+                f"sampled, its utilization is absent until a rate appears; {LINE_RATE_HINT}"
+            )
+        if port.min_read_interval_ns > settings.sampler.interval_ns:
+            notes.append(
+                f"{port.device} port {port.port}: the kernel caches its counters for "
+                f"{port.min_read_interval_ns / 1e6:g} ms (hw_counters lifespan or driver update "
+                f"period), finer than --interval {settings.sampler.interval_ns / 1e6:g} ms: "
+                f"read every {port.min_read_interval_ns / 1e6:g} ms "
+                "(burstscope_port_resolution_seconds)"
+            )
+    for kept in settings.source.unsampled:
+        notes.append(f"{kept.device} port {kept.port}: not sampled: {kept.reason}")
+    return notes
 
 
 def open_recording(settings: AgentSettings) -> Recording | None:
@@ -251,6 +281,7 @@ def _restart_only(settings: AgentSettings) -> dict[str, Any]:
         "source.spec": settings.source_spec,
         "source.sysfs_root": settings.sysfs_root,
         "source.line_rate_gbits": settings.line_rate_gbits,
+        "source.line_rates": settings.line_rates_gbits,
         "source.interval": sampler.interval_ns,
         "source.slow_interval": settings.slow_interval_seconds,
         "sampler": (sampler.realtime_priority, sampler.cpu, sampler.spin_ns),
@@ -393,6 +424,8 @@ def serve(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, on_signal)
     agent.start()
+    for note in startup_notes(settings):
+        _LOG.warning("%s", note)
     assert agent.server is not None
     status = (
         f"sampling {len(settings.source.ports)} port(s) from {settings.source.name} every "

@@ -35,11 +35,45 @@ def add_source_arguments(parser: argparse.ArgumentParser, defaults: bool = True)
     )
     add_port_selection(parser, defaults)
     parser.add_argument(
-        "--line-rate", metavar="GBITS", type=float, help="line rate in Gb/s (netdev sources)"
+        "--line-rate",
+        metavar="GBITS",
+        type=float,
+        help="data rate in Gb/s of every port, instead of what the kernel says",
+    )
+    parser.add_argument(
+        "--line-rate-for",
+        metavar="DEVICE=GBITS",
+        action="append",
+        type=parse_line_rate_for,
+        help="data rate in Gb/s of one device's ports (repeatable; like [source.line_rates] "
+        "in the configuration file): for a rate file that reads 0, fails, or is wrong",
     )
     parser.add_argument(
         "--interval", default="1ms" if defaults else None, help="sampling interval, 100us..60s"
     )
+
+
+# What every "line rate unknown" message points to.
+LINE_RATE_HINT = (
+    "set its data rate with [source.line_rates] DEVICE = GBITS in the configuration file "
+    "or --line-rate-for DEVICE=GBITS"
+)
+
+
+def parse_line_rate_for(text: str) -> tuple[str, float]:
+    """``mlx5_0=400`` -> ("mlx5_0", 400.0); argparse reports a ValueError as a usage error."""
+    device, sep, gbits = text.partition("=")
+    try:
+        value = float(gbits)
+    except ValueError:
+        value = 0.0
+    if not sep or not device or not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not DEVICE=GBITS with GBITS > 0")
+    return device, value
+
+
+def gbits_to_bytes(gbits: float) -> int:
+    return round(gbits * 1e9 / 8)
 
 
 def build_source_from(
@@ -48,19 +82,26 @@ def build_source_from(
     include: str | None,
     exclude: str | None,
     line_rate_gbits: float | None,
+    line_rates_gbits: dict[str, float] | None = None,
 ) -> CounterSource:
     """The source the flags (or their configuration-file values) name; UsageError if none."""
     line_rate = None
     if line_rate_gbits is not None:
         if line_rate_gbits <= 0:
             raise UsageError(f"--line-rate {line_rate_gbits:g} must be positive")
-        line_rate = round(line_rate_gbits * 1e9 / 8)
+        line_rate = gbits_to_bytes(line_rate_gbits)
+    rates = tuple(
+        sorted(
+            (device, gbits_to_bytes(gbits)) for device, gbits in (line_rates_gbits or {}).items()
+        )
+    )
     try:
         options = SourceOptions(
             sysfs_root=sysfs_root,
             include=compile_filter(include, "--include"),
             exclude=compile_filter(exclude, "--exclude"),
             line_rate_bytes_per_second=line_rate,
+            line_rates=rates,
         )
         return build_source(spec, options)
     except (ValueError, SourceError) as exc:
@@ -69,7 +110,12 @@ def build_source_from(
 
 def source_from_args(args: argparse.Namespace) -> CounterSource:
     return build_source_from(
-        args.source, args.sysfs_root, args.include, args.exclude, args.line_rate
+        args.source,
+        args.sysfs_root,
+        args.include,
+        args.exclude,
+        args.line_rate,
+        dict(args.line_rate_for or ()),
     )
 
 

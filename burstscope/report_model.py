@@ -228,7 +228,7 @@ class _Port:
             direction.finish()
 
     def _rate_from(self, samples: PortSamples) -> int | None:
-        """The first known line rate in these samples; warns once when it differs from ours."""
+        """The first known line rate in these samples."""
         if self.options.line_rate is not None:
             return self.options.line_rate
         rates = samples.line_rate_bytes_per_second
@@ -240,14 +240,6 @@ class _Port:
         known = rates[rates > 0]
         if known.size == 0:
             return None
-        if self.line_rate is not None and not self.rate_warned:
-            other = known[known != self.line_rate]
-            if other.size:
-                self.rate_warned = True
-                self.warnings.append(
-                    f"line rate changed to {int(other[0])} B/s; "
-                    f"utilization uses {self.line_rate} B/s throughout"
-                )
         return int(known[0])
 
     def _start(self, final: bool) -> None:
@@ -279,12 +271,37 @@ class _Port:
             self._feed(samples)
 
     def _feed(self, samples: PortSamples) -> None:
-        if self.options.line_rate is None:
-            self._rate_from(samples)
+        """Each interval divided by the rate in force for it: the trace records the rate per
+        row, and a change (a renegotiated link) applies from the row that carries it."""
+        assert self.directions is not None
+        rates = samples.line_rate_bytes_per_second
+        if self.options.line_rate is not None or rates is None or not rates.size:
+            self._feed_piece(samples, slice(None))
+            return
+        # Rows without a known rate (0) keep the rate in force.
+        known = np.where(rates > 0, rates, 0)
+        runs = np.flatnonzero((known != 0) & (known != np.roll(known, 1)))
+        starts = [0, *[int(i) for i in runs if i > 0]]
+        for number, start in enumerate(starts):
+            stop = starts[number + 1] if number + 1 < len(starts) else None
+            rate = int(known[start])
+            if rate > 0 and rate != self.line_rate:
+                self.warnings.append(
+                    f"line rate changed from {(self.line_rate or 0) * 8 / 1e9:g} to "
+                    f"{rate * 8 / 1e9:g} Gb/s at {int(samples.timestamp_ns[start])} ns; "
+                    "each interval is divided by the rate in force"
+                )
+                self.line_rate = rate
+                for direction in self.directions:
+                    direction.analyzer.set_line_rate(rate)
+            self._feed_piece(samples, slice(start, stop))
+
+    def _feed_piece(self, samples: PortSamples, piece: slice) -> None:
         assert self.directions is not None
         transmit, receive = self.directions
-        transmit.feed(samples.timestamp_ns, samples.xmit_bytes, samples.rebaseline)
-        receive.feed(samples.timestamp_ns, samples.rcv_bytes, samples.rebaseline)
+        rebaseline = None if samples.rebaseline is None else samples.rebaseline[piece]
+        transmit.feed(samples.timestamp_ns[piece], samples.xmit_bytes[piece], rebaseline)
+        receive.feed(samples.timestamp_ns[piece], samples.rcv_bytes[piece], rebaseline)
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,12 +48,14 @@ class Row:
     ecn_marked: int | None  # since the agent started
     cnp: int | None
     seen_ns: int  # how much of the 15 s window has samples
+    stuck: tuple[str, ...] = ()  # PortCounters of the port at all-ones: no longer counting
 
 
 def rows(snapshot: Snapshot, now_window_ns: int) -> list[Row]:
     now = snapshot.now_ns
     ecn: dict[tuple[str, int], int] = {}
     cnp: dict[tuple[str, int], int] = {}
+    stuck = stuck_counters(snapshot)
     if snapshot.slow is not None:
         for state in snapshot.slow.counters.values():
             if state.increment is None:
@@ -85,10 +87,21 @@ def rows(snapshot: Snapshot, now_window_ns: int) -> list[Row]:
                     ecn_marked=ecn.get(key),
                     cnp=cnp.get(key),
                     seen_ns=live.seen_ns(WINDOW_NS, now),
+                    stuck=tuple(stuck.get(key, ())),
                 )
             )
     out.sort(key=lambda r: (-r.hidden_seconds, -(r.peak or 0.0), r.port, r.direction))
     return out
+
+
+def stuck_counters(snapshot: Snapshot) -> dict[tuple[str, int], list[str]]:
+    """PortCounters stuck at all-ones, by port: they stop there instead of wrapping."""
+    stuck: dict[tuple[str, int], list[str]] = {}
+    if snapshot.slow is not None:
+        for state in sorted(snapshot.slow.counters.values(), key=lambda s: s.name):
+            if state.saturated:
+                stuck.setdefault((state.device, state.port), []).append(state.name)
+    return stuck
 
 
 def count(value: int | None) -> str:
@@ -163,7 +176,11 @@ def _columns(now_label: str) -> tuple[Column, ...]:
             "right",
             5,
             9,
-            lambda r: f"{r.line_rate_bytes_per_second * 8 / 1e9:g} Gb/s",
+            lambda r: (
+                f"{r.line_rate_bytes_per_second * 8 / 1e9:g} Gb/s"
+                if r.line_rate_bytes_per_second > 0
+                else "unknown"
+            ),
         ),
         Column("ECN / CNP\nrun", "right", 6, 13, _ecn_cnp),
         Column(
@@ -201,6 +218,8 @@ def table(
     ]
     if partial < WINDOW_NS:
         notes.append(f"15 s figures over the first {partial / 1e9:.0f} s")
+    for (device, port), names in sorted(stuck_counters(snapshot).items()):
+        notes.append(f"{device}/{port} stuck at all-ones: {', '.join(names)}")
     notes.append("q quits")
 
     def build(chosen: list[Column]) -> Table:
@@ -247,5 +266,6 @@ def plain_lines(snapshot: Snapshot, every_ns: int) -> list[str]:
             else f" ecn_run={count(row.ecn_marked)} cnp_run={count(row.cnp)}"
         )
         + ("" if row.seen_ns >= WINDOW_NS else f" (15s over first {row.seen_ns / 1e9:.0f}s)")
+        + (f" stuck={','.join(row.stuck)}" if row.stuck else "")
         for row in rows(snapshot, every_ns)
     ]

@@ -3,6 +3,7 @@
 Layout (all tables and keys optional; command-line flags override the file)::
 
     [source]      spec, sysfs_root, include, exclude, line_rate_gbits, interval, slow_interval
+    [source.line_rates]  DEVICE = GBITS (the data rate of one device's ports)
     [thresholds]  burst, saturated, idle, busy
     [listen]      address, tls_cert, tls_key, tls_client_ca
     [sampler]     realtime_priority, cpu, spin
@@ -100,6 +101,18 @@ def _integer(low: int, high: int) -> Callable[[Any], int]:
     return check
 
 
+def _line_rates(value: Any) -> dict[str, float]:
+    if not isinstance(value, dict):
+        raise ValueError("must be a table of DEVICE = GBITS ([source.line_rates])")
+    rates = {}
+    for device, gbits in value.items():
+        try:
+            rates[device] = _positive(gbits)
+        except ValueError as exc:
+            raise ValueError(f"{device} {exc}") from None
+    return rates
+
+
 def _interval(value: Any) -> int:
     return parse_interval(_string(value))
 
@@ -147,6 +160,7 @@ SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
         "include": _regex,
         "exclude": _regex,
         "line_rate_gbits": _positive,
+        "line_rates": _line_rates,
         "interval": _interval,
         # Every slow read is a firmware command on mlx5: at most once a second.
         "slow_interval": _number(1.0, 3600.0, " s"),

@@ -26,13 +26,96 @@ DATA_COUNTERS = ("port_xmit_data", "port_rcv_data")
 # misleading; prometheus/procfs class_infiniband.go multiplies by 4 for the same reason.
 DATA_COUNTER_OCTETS = 4
 
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
+# drivers/infiniband/core/sysfs.c rate_show: "%d%s Gb/sec (%dX%s)", e.g. "56 Gb/sec (4X FDR)".
+# Kernels before 5.x printed SDR without a name ("10 Gb/sec (4X)"): speed stayed "" there.
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec(?:\s*\((\d+)X\s*([A-Z0-9]*)\))?")
 _STATE = re.compile(r"^\s*(\d+)\s*:\s*(.*?)\s*$")
 # Not a counter: hw_counters/lifespan is the stats cache lifetime in ms, writable by root
 # (drivers/infiniband/core/sysfs.c set_stats_lifespan).
 LIFESPAN = "lifespan"
 # Old kernels print this instead of failing the read when the PMA query fails (procfs #687).
 _NO_PMA = "N/A (no PMA)"
+
+
+# Data bits per signalled bit, by the speed name rate_show prints, for InfiniBand links.
+# rate_show prints the nominal lane figure (2.5, 5, 10, 14, 25, 50, 100, 200 Gb/s per
+# lane: drivers/infiniband/core/sysfs.c rate_show), while the lanes signal at the rates of
+# drivers/infiniband/core/verbs.c ib_rate_to_mbps (2500, 14062 for 1X FDR, 25781 for 1X
+# EDR, 53125 for 1X HDR, ...):
+#   SDR, DDR, QDR: 8b/10b, so 2.5/5/10 Gb/s signalled carry 2/4/8 Gb/s of data;
+#   FDR: 14.0625 Gbaud per lane with 64b/66b (ib_rate_to_mbps: 14 -> 14062), i.e.
+#        13.636 Gb/s of data where 14 is printed (4X: 54.545 of the printed 56);
+#   FDR10 (10.3125 Gbaud, 64b/66b), EDR, HDR, NDR, XDR: the printed figure is the data rate.
+_FDR_DATA_PER_PRINTED = Fraction(140625, 10000) * Fraction(64, 66) / 14
+ENCODING_DATA_PER_PRINTED: dict[str, Fraction] = {
+    "SDR": Fraction(8, 10),
+    "DDR": Fraction(8, 10),
+    "QDR": Fraction(8, 10),
+    "FDR10": Fraction(1),
+    "FDR": _FDR_DATA_PER_PRINTED,
+    "EDR": Fraction(1),
+    "HDR": Fraction(1),
+    "NDR": Fraction(1),
+    "XDR": Fraction(1),
+}
+
+
+# Ports whose bytes live only in hw_counters/ (no PMA, hence no counters/), by driver:
+# (device name prefix, transmit files summed, receive files summed, bytes per unit,
+# the driver's own update period in ms, where the kernel says so).
+#  - efa: u64 bytes copied from the device (drivers/infiniband/hw/efa/efa_verbs.c
+#    EFA_DEFINE_PORT_STATS, efa_fill_port_stats; efa_com_cmd.c efa_com_get_stats).
+#  - bnxt_re: rx_ucast_bytes/tx_ucast_bytes of the RoCE function's stats context, bytes,
+#    which firmware DMAs every 1000 ms (drivers/infiniband/hw/bnxt_re/hw_counters.c
+#    bnxt_re_ib_get_hw_stats; main.c bnxt_re_net_stats_ctx_alloc update_period_ms).
+#  - irdma: IP-layer octets of the RDMA engine, IPv4 and IPv6 apart, kept as monotonic u64
+#    accumulators of 48-bit hardware counters (drivers/infiniband/hw/irdma/verbs.c
+#    irdma_hw_stat_names; ctrl.c irdma_update_stats).
+# rxe has no byte counter (drivers/infiniband/sw/rxe/rxe_hw_counters.c: rdma_sends and
+# rdma_recvs count operations), siw has no hw_counters at all.
+@dataclass(frozen=True, slots=True)
+class HwByteCounters:
+    driver: str
+    transmit: tuple[str, ...]
+    receive: tuple[str, ...]
+    update_period_ms: int = 0  # beyond lifespan; 0: the driver refreshes on every read
+
+
+HW_BYTE_COUNTERS: tuple[HwByteCounters, ...] = (
+    HwByteCounters("efa", ("tx_bytes",), ("rx_bytes",)),
+    HwByteCounters("bnxt_re", ("tx_bytes",), ("rx_bytes",), update_period_ms=1000),
+    HwByteCounters("irdma", ("ip4OutOctets", "ip6OutOctets"), ("ip4InOctets", "ip6InOctets")),
+)
+# Drivers known to offer no byte counter, so discover can say so rather than guess.
+NO_BYTE_COUNTER = {
+    "rxe": "rxe has no byte counter in hw_counters/ (rxe_hw_counters.c counts packets only)",
+    "siw": "siw has neither counters/ nor hw_counters/",
+}
+# The hw_counters cache lifetime when the file cannot be read: RDMA_HW_STATS_DEFAULT_LIFESPAN
+# (include/rdma/ib_verbs.h), which every in-tree driver passes.
+DEFAULT_LIFESPAN_MS = 10
+
+# IBA PortCounters widths in bits (drivers/infiniband/core/sysfs.c PORT_PMA_ATTR); a real
+# PMA stops them at all-ones instead of wrapping (IBA 1.8 s16.1.3.5), so 2**w - 1 means
+# "stuck": the value is a lower bound and no longer counts.
+PORT_COUNTER_WIDTHS: dict[str, int] = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
+    "port_xmit_wait": 32,
+}
+
+# Device attributes exported as node_exporter's node_infiniband_info.
+DEVICE_INFO_FILES = ("board_id", "fw_ver", "hca_type")
 
 
 class DiscoveryError(Exception):
@@ -46,6 +129,27 @@ class State:
 
 
 @dataclass(frozen=True, slots=True)
+class LinkRate:
+    """The ``rate`` file parsed: what the kernel prints, and the data rate under it."""
+
+    bytes_per_second: int  # the printed figure, as node_exporter exports it
+    data_bytes_per_second: int  # after line encoding: the utilization denominator
+    width: int | None  # lanes: 1, 2, 4, 8, 12
+    speed: str | None  # SDR .. XDR; "SDR" for the old unnamed form; None if not printed
+
+
+@dataclass(frozen=True, slots=True)
+class ByteFiles:
+    """Where a port's transmitted and received bytes are read, and how."""
+
+    directory: str  # "counters" or "hw_counters"
+    transmit: tuple[str, ...]  # files summed
+    receive: tuple[str, ...]
+    bytes_per_unit: int
+    min_read_interval_ns: int  # the cache lifetime: reading faster repeats a value
+
+
+@dataclass(frozen=True, slots=True)
 class InfiniBandPort:
     """One port of one RDMA device, as found in sysfs."""
 
@@ -55,14 +159,28 @@ class InfiniBandPort:
     link_layer: str  # link_layer: InfiniBand | Ethernet | Unknown
     state: State | None  # state: "4: ACTIVE"
     phys_state: State | None  # phys_state: "5: LinkUp"
-    rate_bytes_per_second: int | None  # rate: "400 Gb/sec (4X NDR)"
+    rate_bytes_per_second: int | None  # rate: "400 Gb/sec (4X NDR)", the kernel's figure
     netdev: str | None  # RoCE only: gid_attrs/ndevs/<i>, else device/net/<name>
     counters: tuple[str, ...]  # readable files in counters/; () without counters/
     hw_counters: tuple[str, ...]  # files in hw_counters/, lifespan included (none read here)
     has_hw_counters: bool  # hw_counters/ is a directory (it may list nothing yet)
+    data_rate_bytes_per_second: int | None = None  # after line encoding; None: unusable
+    rate_problem: str | None = None  # why the rate is unusable, for discover and the log
+    byte_files: ByteFiles | None = None  # None: not sampled
+    not_sampled: str | None = None  # why the port is not sampled (byte_files is None)
+    saturated: tuple[str, ...] = ()  # PortCounters at all-ones when discovered
 
     def counter_path(self, name: str) -> Path:
         return self.path / "counters" / name
+
+    def byte_paths(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Transmit and receive files, as absolute paths."""
+        assert self.byte_files is not None
+        directory = self.path / self.byte_files.directory
+        return (
+            tuple(str(directory / name) for name in self.byte_files.transmit),
+            tuple(str(directory / name) for name in self.byte_files.receive),
+        )
 
     @property
     def hw_counter_names(self) -> tuple[str, ...]:
@@ -78,28 +196,44 @@ class Skipped:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """Device attributes, as node_exporter's node_infiniband_info: "" where absent."""
+
+    device: str
+    board_id: str  # <device>/board_id
+    fw_ver: str  # <device>/fw_ver
+    hca_type: str  # <device>/hca_type
+
+
+@dataclass(frozen=True, slots=True)
 class Discovery:
-    ports: tuple[InfiniBandPort, ...] = ()  # ports whose data counters can be sampled
+    ports: tuple[InfiniBandPort, ...] = ()  # ports whose data bytes can be sampled
     skipped: tuple[Skipped, ...] = field(default=())
-    # Skipped for lack of counters/ (irdma, rxe, siw), yet with hw_counters/: their RoCE
-    # congestion counters can still be polled. Each is also in ``skipped``.
-    hw_counter_only: tuple[InfiniBandPort, ...] = ()
+    # Ports kept though not sampled (no readable byte counter): their state, phys_state
+    # and rate are still polled and exported, beside the reason (``not_sampled``).
+    unsampled: tuple[InfiniBandPort, ...] = ()
+    devices: tuple[DeviceInfo, ...] = ()
+
+    @property
+    def hw_counter_only(self) -> tuple[InfiniBandPort, ...]:
+        """Ports without counters/ but with hw_counters/: their congestion counters can be
+        polled whether or not their bytes are sampled."""
+        return tuple(
+            p for p in (*self.ports, *self.unsampled) if not p.counters and p.has_hw_counters
+        )
 
     def to_json(self) -> dict[str, object]:
         return {
-            "ports": [
+            "ports": [_port_json(p) for p in self.ports],
+            "not_sampled": [_port_json(p) for p in self.unsampled],
+            "devices": [
                 {
-                    "device": p.device,
-                    "port": p.port,
-                    "link_layer": p.link_layer,
-                    "state": p.state.name if p.state else None,
-                    "phys_state": p.phys_state.name if p.phys_state else None,
-                    "rate_bytes_per_second": p.rate_bytes_per_second,
-                    "netdev": p.netdev,
-                    "counters": list(p.counters),
-                    "hw_counters": list(p.hw_counters),
+                    "device": d.device,
+                    "board_id": d.board_id,
+                    "fw_ver": d.fw_ver,
+                    "hca_type": d.hca_type,
                 }
-                for p in self.ports
+                for d in self.devices
             ],
             "skipped": [
                 {"device": s.device, "port": s.port, "reason": s.reason} for s in self.skipped
@@ -107,15 +241,81 @@ class Discovery:
         }
 
 
-def parse_rate(text: str) -> int | None:
-    """Bytes per second from the kernel's ``rate`` file (lane speed x width, in Gb/s).
+def _port_json(p: InfiniBandPort) -> dict[str, object]:
+    files = p.byte_files
+    return {
+        "device": p.device,
+        "port": p.port,
+        "link_layer": p.link_layer,
+        "state": p.state.name if p.state else None,
+        "phys_state": p.phys_state.name if p.phys_state else None,
+        "rate_bytes_per_second": p.rate_bytes_per_second,
+        "data_rate_bytes_per_second": p.data_rate_bytes_per_second,
+        "rate_problem": p.rate_problem,
+        "netdev": p.netdev,
+        "bytes_from": None
+        if files is None
+        else {
+            "directory": files.directory,
+            "transmit": list(files.transmit),
+            "receive": list(files.receive),
+            "bytes_per_unit": files.bytes_per_unit,
+            "resolution_seconds": files.min_read_interval_ns / 1e9,
+        },
+        "not_sampled": p.not_sampled,
+        "saturated_counters": list(p.saturated),
+        "counters": list(p.counters),
+        "hw_counters": list(p.hw_counters),
+    }
 
-    Exact for fractional lane rates: "2.5 Gb/sec (1X)" is 312,500,000 bytes/s.
+
+def parse_link_rate(text: str, link_layer: str = "InfiniBand") -> LinkRate | None:
+    """The ``rate`` file as printed and as data; None when it gives no usable rate.
+
+    A zero ("0 Gb/sec": not from mainline rate_show, whose least is 2.5) or text without
+    "Gb/sec" is no rate. The encoding applies only to InfiniBand: on Ethernet and EFA the
+    speed name is synthesized from an Ethernet speed or a device attribute
+    (drivers/infiniband/core/verbs.c ib_get_width_and_speed, hw/mlx5/main.c
+    translate_eth_*_proto_oper, hw/efa/efa_verbs.c efa_query_port) and the figure is a data
+    rate already.
     """
     match = _RATE.match(text)
     if match is None:
         return None
-    return round(Fraction(match.group(1)) * 1_000_000_000 / 8)
+    gbits = Fraction(match.group(1))
+    if gbits <= 0:
+        return None
+    width = int(match.group(2)) if match.group(2) else None
+    speed = (match.group(3) or "SDR") if width is not None else None
+    printed = gbits * 1_000_000_000 / 8
+    factor = Fraction(1)
+    if link_layer == "InfiniBand" and speed is not None:
+        factor = ENCODING_DATA_PER_PRINTED.get(speed, Fraction(1))
+    return LinkRate(round(printed), round(printed * factor), width, speed)
+
+
+def parse_rate(text: str) -> int | None:
+    """Bytes per second as the ``rate`` file prints it (lane speed x width, in Gb/s).
+
+    Exact for fractional lane rates: "2.5 Gb/sec (1X)" is 312,500,000 bytes/s.
+    """
+    found = parse_link_rate(text, "Unknown")
+    return None if found is None else found.bytes_per_second
+
+
+def rate_reading(path: Path, link_layer: str) -> tuple[LinkRate | None, str | None]:
+    """The port's ``rate`` file read now, or None and why not (for discover and the log)."""
+    try:
+        text = read_attribute(path)
+    except OSError as exc:
+        # EINVAL: the width is unknown (rate_show: ib_width_enum_to_int() < 0), e.g. an mlx5
+        # port without a cable; other errors are ib_query_port's.
+        name = errno.errorcode.get(exc.errno or 0, "error")
+        return None, f"rate: {name} ({exc.strerror})"
+    found = parse_link_rate(text, link_layer)
+    if found is None:
+        return None, f"rate reads {text[:40]!r}, no usable line rate"
+    return found, None
 
 
 def parse_state(text: str) -> State | None:
@@ -187,11 +387,17 @@ def _list_names(directory: Path) -> list[str]:
 
 
 def _port_record(
-    device: str, port: int, port_path: Path, counters: tuple[str, ...]
+    device: str,
+    port: int,
+    port_path: Path,
+    counters: tuple[str, ...],
+    byte_files: ByteFiles | None,
+    not_sampled: str | None,
+    saturated: tuple[str, ...] = (),
 ) -> InfiniBandPort:
     """The attributes every port has, read the same way whatever else it offers."""
     link_layer = _optional_text(port_path / "link_layer") or "Unknown"
-    rate_text = _optional_text(port_path / "rate")
+    rate, rate_problem = rate_reading(port_path / "rate", link_layer)
     state_text = _optional_text(port_path / "state")
     phys_text = _optional_text(port_path / "phys_state")
     hw_dir = port_path / "hw_counters"
@@ -202,36 +408,102 @@ def _port_record(
         link_layer=link_layer,
         state=parse_state(state_text) if state_text else None,
         phys_state=parse_state(phys_text) if phys_text else None,
-        rate_bytes_per_second=parse_rate(rate_text) if rate_text else None,
+        rate_bytes_per_second=rate.bytes_per_second if rate else None,
         netdev=_roce_netdev(port_path) if link_layer == "Ethernet" else None,
         counters=counters,
         hw_counters=tuple(_list_names(hw_dir)),
         has_hw_counters=hw_dir.is_dir(),
+        data_rate_bytes_per_second=rate.data_bytes_per_second if rate else None,
+        rate_problem=rate_problem,
+        byte_files=byte_files,
+        not_sampled=not_sampled,
+        saturated=saturated,
     )
 
 
-def _parse_port(device: str, port_path: Path) -> tuple[InfiniBandPort | None, list[Skipped]]:
-    """A port with sampleable data counters, or None; and what was skipped, with why."""
+def read_lifespan_ms(hw_dir: Path) -> int:
+    """hw_counters/lifespan: the core's cache lifetime in ms (sysfs.c show_stats_lifespan)."""
+    try:
+        value = int(read_attribute(hw_dir / LIFESPAN))
+    except (OSError, ValueError):
+        return DEFAULT_LIFESPAN_MS
+    return max(value, 0)
+
+
+def _hw_byte_files(device: str, hw_dir: Path) -> tuple[ByteFiles | None, str]:
+    """The hw_counters files that hold this port's bytes, or None and why not."""
+    names = set(_list_names(hw_dir))
+    for known in HW_BYTE_COUNTERS:
+        if not device.startswith(known.driver):
+            continue
+        transmit = tuple(n for n in known.transmit if n in names)
+        receive = tuple(n for n in known.receive if n in names)
+        if not transmit or not receive:
+            wanted = ", ".join((*known.transmit, *known.receive))
+            return None, f"hw_counters/ has none of {known.driver}'s byte counters ({wanted})"
+        unreadable = [
+            f"hw_counters/{n}: {why}"
+            for n in (*transmit, *receive)
+            if (why := unreadable_reason(hw_dir / n)) is not None
+        ]
+        if unreadable:
+            return None, unreadable[0]
+        # Reading faster than the cache lifetime repeats a value, then carries the whole
+        # interval's bytes in one sample: no resolution finer than this is honest.
+        period_ms = max(read_lifespan_ms(hw_dir), known.update_period_ms)
+        return ByteFiles("hw_counters", transmit, receive, 1, period_ms * 1_000_000), ""
+    for driver, reason in NO_BYTE_COUNTER.items():
+        if device.startswith(driver):
+            return None, reason
+    return None, "no counters/ directory and no known byte counter in hw_counters/"
+
+
+def _parse_port(device: str, port_path: Path) -> tuple[InfiniBandPort, list[Skipped]]:
+    """Every port, sampled or with the reason it is not; and unreadable files, with why."""
     port = int(port_path.name)
     counters_dir = port_path / "counters"
     if not counters_dir.is_dir():
-        # irdma, rxe, siw and some bnxt_re have no PMA, hence no counters/: the core only
-        # creates it for a device with process_mad (drivers/infiniband/core/sysfs.c).
-        return None, [Skipped(device, port, "no counters/ directory (driver without a PMA)")]
+        # efa, irdma, rxe, siw and bnxt_re (before its 2025 PMA) have no process_mad, hence
+        # no counters/ (drivers/infiniband/core/sysfs.c add_port creates it only with one).
+        hw_dir = port_path / "hw_counters"
+        if hw_dir.is_dir():
+            files, why = _hw_byte_files(device, hw_dir)
+        else:
+            files, why = None, "no counters/ or hw_counters/ directory (driver without a PMA)"
+        return _port_record(device, port, port_path, (), files, why or None), []
     skipped: list[Skipped] = []
     readable: list[str] = []
+    problem: str | None = None
     for name in _list_names(counters_dir):
         reason = unreadable_reason(counters_dir / name)
         if reason is None:
             readable.append(name)
         elif name in DATA_COUNTERS:
-            return None, [Skipped(device, port, f"counters/{name}: {reason}")]
+            problem = problem or f"counters/{name}: {reason}"
         else:
             skipped.append(Skipped(device, port, f"counters/{name}: {reason}"))
+    saturated = tuple(
+        name
+        for name in readable
+        if name in PORT_COUNTER_WIDTHS
+        and _optional_text(counters_dir / name) == str((1 << PORT_COUNTER_WIDTHS[name]) - 1)
+    )
     missing = [name for name in DATA_COUNTERS if name not in readable]
-    if missing:
-        return None, [Skipped(device, port, f"counters/{missing[0]} is missing")]
-    return _port_record(device, port, port_path, tuple(readable)), skipped
+    if problem is None and missing:
+        problem = f"counters/{missing[0]} is missing"
+    if problem is not None:
+        # Old kernels print "N/A (no PMA)" in every file of a PMA-less device (i40iw): the
+        # port is still there, with its state and rate (sysfs.c show_pma_counter, pre-5.x).
+        record = _port_record(device, port, port_path, tuple(readable), None, problem, saturated)
+        return record, skipped
+    files = ByteFiles("counters", ("port_xmit_data",), ("port_rcv_data",), DATA_COUNTER_OCTETS, 0)
+    record = _port_record(device, port, port_path, tuple(readable), files, None, saturated)
+    return record, skipped
+
+
+def _device_info(device: str, device_path: Path) -> DeviceInfo:
+    values = [_optional_text(device_path / name) or "" for name in DEVICE_INFO_FILES]
+    return DeviceInfo(device, *values)
 
 
 def compile_filter(pattern: str | None, what: str) -> re.Pattern[str] | None:
@@ -260,21 +532,20 @@ def discover(
         return Discovery()
     ports: list[InfiniBandPort] = []
     skipped: list[Skipped] = []
-    hw_counter_only: list[InfiniBandPort] = []
+    unsampled: list[InfiniBandPort] = []
+    infos: list[DeviceInfo] = []
     for device_path in devices:
         device = device_path.name
         if include is not None and not include.search(device):
             continue
         if exclude is not None and exclude.search(device):
             continue
+        infos.append(_device_info(device, device_path))
         port_paths = _numeric_entries(device_path / "ports")
         if not port_paths:
             skipped.append(Skipped(device, None, "no ports/ directory"))
         for port_path in port_paths:
             found, notes = _parse_port(device, port_path)
             skipped.extend(notes)
-            if found is not None:
-                ports.append(found)
-            elif not (port_path / "counters").is_dir() and (port_path / "hw_counters").is_dir():
-                hw_counter_only.append(_port_record(device, int(port_path.name), port_path, ()))
-    return Discovery(tuple(ports), tuple(skipped), tuple(hw_counter_only))
+            (ports if found.byte_files is not None else unsampled).append(found)
+    return Discovery(tuple(ports), tuple(skipped), tuple(unsampled), tuple(infos))

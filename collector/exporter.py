@@ -23,8 +23,10 @@ from prometheus_client.registry import Collector
 
 from collector.pipeline import TIMING_BUCKETS_SECONDS, Snapshot
 from collector.slow_poller import READ_BUCKETS_SECONDS, CounterState
+from collector.sources.port_counters import PORT_COUNTER_SPECS
 from detectors.config import DIRECTIONS
 from detectors.congestion import CONGESTION_PACKET_COUNTERS
+from detectors.counters import CounterKind
 from detectors.live import BURST_DURATION_BUCKETS_SECONDS, UTILIZATION_BUCKETS
 
 PEAK_WINDOWS = (("15s", 15_000_000_000), ("60s", 60_000_000_000))
@@ -35,8 +37,29 @@ PORT_DIRECTION = ("device", "port", "direction")
 HELP: dict[str, str] = {
     "burstscope_port_data_bytes_total": "Bytes carried, as last read by the 1 ms sampler "
     "(counters/port_{xmit,rcv}_data x 4 octets, or netdev statistics for netdev sources).",
-    "burstscope_port_line_rate_bytes_per_second": "Line rate of the port as last read "
-    "(sysfs rate, re-read every second; class/net/IF/speed or --line-rate for netdev).",
+    "burstscope_port_line_rate_bytes_per_second": "Data rate the port's utilization is "
+    "divided by, in force now: the sysfs rate re-read every second, after line encoding "
+    "(8b/10b for SDR/DDR/QDR, 64b/66b at 14.0625 Gbaud for FDR), class/net/IF/speed for "
+    "netdev, or the configured [source.line_rates]. Absent while unknown.",
+    "burstscope_port_rate_bytes_per_second": "The port's rate as the kernel prints it (sysfs "
+    "rate, as node_exporter's node_infiniband_rate_bytes_per_second), re-read every second.",
+    "burstscope_port_rate_changes_total": "Times the line rate in force changed (a "
+    "renegotiated link); utilization uses the new rate from the next sample on.",
+    "burstscope_port_resolution_seconds": "Finest honest sample interval of the port: the "
+    "sampling interval, or the kernel's cache lifetime for hw_counters (lifespan) when longer.",
+    "burstscope_port_not_sampled": "A port kept without sampling its bytes (value 1), with "
+    "the reason: no readable byte counter (N/A (no PMA), no counters/, rxe).",
+    "burstscope_port_physical_state": "Physical port state number (phys_state: 2 Polling, "
+    "3 Disabled, 5 LinkUp, 6 LinkErrorRecovery).",
+    "burstscope_port_counter_saturated": "1 while a PortCounter reads all-ones (IBA: it "
+    "stops there instead of wrapping): its value is a lower bound and it no longer counts.",
+    "burstscope_port_rdma_bytes_total": "EFA RDMA read and write bytes by kernel name "
+    "(hw_counters rdma_read_bytes, rdma_write_bytes, rdma_read_resp_bytes, "
+    "rdma_write_recv_bytes).",
+    "burstscope_port_pfc_pause_seconds_total": "Time paused by PFC per priority and direction "
+    "(ethtool {rx,tx}_prio<N>_pause_duration, microseconds), for priorities that paused.",
+    "burstscope_device_info": "RDMA device attributes (value 1), as node_exporter's "
+    "node_infiniband_info: board_id, fw_ver, hca_type.",
     "burstscope_port_utilization_ratio": "Per-sample utilization (bytes per second over "
     "line rate, one observation per sampling interval, 1 ms by default): 1 - "
     'bucket{le="0.9"}/count is the share of milliseconds at or above 90%.',
@@ -61,15 +84,18 @@ HELP: dict[str, str] = {
     "burstscope_port_state": "Logical port state number (state: 1 DOWN .. 4 ACTIVE); absent "
     "while the state cannot be read (the port is gone).",
     "burstscope_port_link_downed_total": "Times the link went down (counters/link_downed, "
-    "8-bit, stops at 255).",
+    "8-bit, stops at 255), the kernel's cumulative value.",
     "burstscope_port_errors_total": "Link error PortCounters by kernel name (symbol_error, "
-    "link_error_recovery, port_rcv_errors, port_xmit_discards); they stop at all-ones.",
+    "link_error_recovery, port_rcv_errors, port_xmit_discards), the kernel's cumulative "
+    "values; they stop at all-ones (burstscope_port_counter_saturated).",
     "burstscope_port_transmit_wait_total": "Ticks with data queued but nothing sent "
-    "(counters/port_xmit_wait; tick length varies by HCA generation: compare, don't add).",
+    "(counters/port_xmit_wait, cumulative, 32-bit, stops at 4294967295; tick length varies "
+    "by HCA generation: compare, don't add).",
     "burstscope_port_congestion_packets_total": "RoCE congestion control packets by kernel "
-    "name (np_cnp_sent, rp_cnp_handled, rp_cnp_ignored, np_ecn_marked_roce_packets).",
+    "name (np_cnp_sent, rp_cnp_handled, rp_cnp_ignored, np_ecn_marked_roce_packets), the "
+    "kernel's cumulative values.",
     "burstscope_port_pfc_pause_frames_total": "PFC pause frames per priority and direction "
-    "(ethtool {rx,tx}_prio<N>_pause).",
+    "(ethtool {rx,tx}_prio<N>_pause), cumulative.",
     "burstscope_sampler_ticks_total": "Ticks the sampler ran.",
     "burstscope_sampler_missed_ticks_total": "Deadlines the sampler skipped: those that "
     "would have followed a late tick by less than half an interval.",
@@ -108,9 +134,22 @@ _ERROR_COUNTERS = (
     "port_rcv_errors",
     "port_xmit_discards",
 )
-# mlx5 exports pause counters only for PFC-enabled priorities (mlx5 counters.rst); the
-# pause durations are left out to keep a RoCE port under 60 series.
+# mlx5 exports pause counters only for PFC-enabled priorities (mlx5 counters.rst).
 _PFC = re.compile(r"^(rx|tx)_prio(\d)_pause$")
+# Pause durations in microseconds (mlx5 counters.rst {rx,tx}_prio<p>_pause_duration):
+# exported only for priorities that have paused, to keep a RoCE port under 60 series.
+_PFC_DURATION = re.compile(r"^(rx|tx)_prio(\d)_pause_duration$")
+# EFA's RDMA byte counters (drivers/infiniband/hw/efa/efa_verbs.c EFA_DEFINE_PORT_STATS).
+_RDMA_BYTES = (
+    "rdma_read_bytes",
+    "rdma_read_resp_bytes",
+    "rdma_write_bytes",
+    "rdma_write_recv_bytes",
+)
+# The PortCounters whose all-ones value means "stuck" (IBA saturating counters).
+_SATURATING = frozenset(
+    name for name, spec in PORT_COUNTER_SPECS.items() if spec.kind is CounterKind.SATURATING
+)
 
 
 def _bound(value: float) -> str:
@@ -186,19 +225,15 @@ class BurstscopeCollector(Collector):
 
     @staticmethod
     def _ports(out: _Families, snap: Snapshot) -> None:
-        # The rate re-read every second shows a link that retrained to a lower speed
-        # (LinkDegraded); the rate found at start is the fallback.
-        current = {
-            (state.device, state.port): state.value
-            for state in (snap.slow.counters.values() if snap.slow is not None else ())
-            if state.name == "rate_bytes_per_second"
-        }
         for port in snap.ports:
             key = [port.spec.device, str(port.spec.port)]
-            rate = current.get(
-                (port.spec.device, port.spec.port), port.spec.line_rate_bytes_per_second
-            )
-            out.gauge("burstscope_port_line_rate_bytes_per_second", PORT, key, rate)
+            rate = port.spec.line_rate_bytes_per_second
+            # The rate in force (re-read every second, after encoding) is the one road: the
+            # gauge, the detectors behind the families below, MQTT and top all use it.
+            known = rate > 0
+            if known:
+                out.gauge("burstscope_port_line_rate_bytes_per_second", PORT, key, rate)
+            out.gauge("burstscope_port_resolution_seconds", PORT, key, port.resolution_ns / 1e9)
             resets = 0
             for direction in DIRECTIONS:
                 view = port.directions[direction]
@@ -208,6 +243,8 @@ class BurstscopeCollector(Collector):
                 out.counter(
                     "burstscope_port_data_bytes_total", PORT_DIRECTION, labels, view.bytes_total
                 )
+                if not known:
+                    continue  # utilization without a rate: absent, never zero
                 out.histogram(
                     "burstscope_port_utilization_ratio",
                     PORT_DIRECTION,
@@ -239,19 +276,20 @@ class BurstscopeCollector(Collector):
                     labels,
                     view.hidden_saturated_seconds,
                 )
-            # One burst-duration histogram per port, both directions together: per
-            # direction it would take the port past 60 series.
-            transmit, receive = (port.directions[d].live for d in DIRECTIONS)
-            out.histogram(
-                "burstscope_port_burst_duration_seconds",
-                PORT,
-                key,
-                _buckets(
-                    BURST_DURATION_BUCKETS_SECONDS,
-                    (transmit.burst_duration_buckets + receive.burst_duration_buckets).tolist(),
-                ),
-                transmit.burst_seconds_sum + receive.burst_seconds_sum,
-            )
+            if known:
+                # One burst-duration histogram per port, both directions together: per
+                # direction it would take the port past 60 series.
+                transmit, receive = (port.directions[d].live for d in DIRECTIONS)
+                out.histogram(
+                    "burstscope_port_burst_duration_seconds",
+                    PORT,
+                    key,
+                    _buckets(
+                        BURST_DURATION_BUCKETS_SECONDS,
+                        (transmit.burst_duration_buckets + receive.burst_duration_buckets).tolist(),
+                    ),
+                    transmit.burst_seconds_sum + receive.burst_seconds_sum,
+                )
             out.counter("burstscope_port_data_resets_total", PORT, key, resets)
             out.counter("burstscope_port_failed_reads_total", PORT, key, port.failed_reads)
             for (counter, reason), count in sorted(port.refused.items()):
@@ -261,6 +299,21 @@ class BurstscopeCollector(Collector):
                     [*key, counter, reason],
                     count,
                 )
+            out.counter("burstscope_port_rate_changes_total", PORT, key, port.rate_changes)
+        for kept in snap.unsampled:
+            out.gauge(
+                "burstscope_port_not_sampled",
+                (*PORT, "reason"),
+                [kept.device, str(kept.port), kept.reason],
+                1,
+            )
+        for device in snap.devices:
+            out.gauge(
+                "burstscope_device_info",
+                ("device", "board_id", "fw_ver", "hca_type"),
+                [device.device, device.board_id, device.fw_ver, device.hca_type],
+                1,
+            )
 
     @staticmethod
     def _slow(out: _Families, snap: Snapshot) -> None:
@@ -273,12 +326,19 @@ class BurstscopeCollector(Collector):
                 [device, str(port), name, reason],
                 count,
             )
-        for state in sorted(snap.slow.counters.values(), key=_order):
+        counters = snap.slow.counters
+        for state in sorted(counters.values(), key=_order):
             key = [state.device, str(state.port)]
             name = state.name
-            value = float(state.value if state.increment is None else state.increment)
+            # The kernel's cumulative value, as node_exporter and perfquery show it;
+            # Prometheus' rate() and increase() handle a restart or a reset.
+            value = float(state.value)
             if name == "state":
                 out.gauge("burstscope_port_state", PORT, key, state.value)
+            elif name == "phys_state":
+                out.gauge("burstscope_port_physical_state", PORT, key, state.value)
+            elif name == "rate_bytes_per_second":
+                out.gauge("burstscope_port_rate_bytes_per_second", PORT, key, state.value)
             elif name == "link_downed":
                 out.counter("burstscope_port_link_downed_total", PORT, key, value)
             elif name == "port_xmit_wait":
@@ -292,6 +352,10 @@ class BurstscopeCollector(Collector):
                     [*key, name],
                     value,
                 )
+            elif name in _RDMA_BYTES:
+                out.counter(
+                    "burstscope_port_rdma_bytes_total", (*PORT, "counter"), [*key, name], value
+                )
             elif (match := _PFC.match(name)) is not None:
                 direction = "receive" if match.group(1) == "rx" else "transmit"
                 out.counter(
@@ -299,6 +363,25 @@ class BurstscopeCollector(Collector):
                     (*PORT_DIRECTION, "priority"),
                     [*key, direction, match.group(2)],
                     value,
+                )
+            elif (match := _PFC_DURATION.match(name)) is not None and value > 0:
+                direction = "receive" if match.group(1) == "rx" else "transmit"
+                out.counter(
+                    "burstscope_port_pfc_pause_seconds_total",
+                    (*PORT_DIRECTION, "priority"),
+                    [*key, direction, match.group(2)],
+                    value / 1e6,
+                )
+            if (
+                name in _SATURATING
+                and state.increment is not None
+                and (name in _ERROR_COUNTERS or name in ("link_downed", "port_xmit_wait"))
+            ):
+                out.gauge(
+                    "burstscope_port_counter_saturated",
+                    (*PORT, "counter"),
+                    [*key, name],
+                    1.0 if state.saturated else 0.0,
                 )
 
     @staticmethod

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import queue
 import threading
@@ -21,12 +22,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from collector.discovery import DeviceInfo
 from collector.recording import Recording, RecordingHealth
 from collector.ring import Field, Ring, RingReader
 from collector.sampler import Sampler, SamplerConfig, SamplerError, tuning_notes
 from collector.slow_poller import SlowPoller, SlowSnapshot
-from collector.sources.base import CounterSource, PortSpec, SlowSource
-from collector.trace import TraceWriter
+from collector.sources.base import CounterSource, PortSpec, SlowSource, UnsampledPort
+from collector.trace import PortColumns, TraceWriter
 from detectors.analyzer import DirectionAnalyzer
 from detectors.bursts import Bursts
 from detectors.config import DIRECTIONS, Thresholds
@@ -54,6 +56,9 @@ SAMPLER_STALL_SECONDS = 5.0
 SLOW_STALL_SECONDS = 30.0
 
 BurstListener = Callable[[PortSpec, str, Bursts], None]
+# The slow gauge every source's slow companions report as the utilization denominator: the
+# data rate after line encoding, or the operator's override (0 or absent: unknown).
+DATA_RATE = "data_rate_bytes_per_second"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +75,17 @@ class DirectionView:
 
 @dataclass(frozen=True, slots=True)
 class PortView:
-    spec: PortSpec
+    spec: PortSpec  # line_rate_bytes_per_second: the rate in force (0: unknown)
     directions: dict[str, DirectionView]
     failed_reads: int
     # Data counter readings refused, by (counter file, reason: negative, EIO, ...).
     refused: dict[tuple[str, str], int] = field(default_factory=dict)
+    rate_changes: int = 0  # times the line rate in force changed while running
+    resolution_ns: int = 0  # finest honest sample interval: max(interval, cache lifetime)
+
+    @property
+    def line_rate_bytes_per_second(self) -> int:
+        return self.spec.line_rate_bytes_per_second
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,15 +114,18 @@ class Snapshot:
     slow: SlowSnapshot | None
     thresholds: Thresholds
     recording: RecordingHealth | None = None
+    unsampled: tuple[UnsampledPort, ...] = ()  # kept ports not sampled, with why
+    devices: tuple[DeviceInfo, ...] = ()
 
 
 @dataclass(slots=True)
 class _PortState:
-    spec: PortSpec
-    analyzers: dict[str, DirectionAnalyzer]
+    spec: PortSpec  # line_rate_bytes_per_second: the rate in force
+    analyzers: dict[str, DirectionAnalyzer] | None  # None until a usable rate is known
     live: dict[str, LiveDirection] = field(default_factory=dict)
     latest: dict[str, int] = field(default_factory=dict)
     failed_reads: int = 0
+    rate_changes: int = 0
     refused: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
@@ -188,21 +202,63 @@ class Pipeline:
             return None
         return SlowPoller(sources, interval, record=self.trace is not None)
 
-    def _new_port(self, spec: PortSpec) -> _PortState:
-        analyzers = {
+    def _analyzers(self, spec: PortSpec) -> dict[str, DirectionAnalyzer] | None:
+        # Without a usable rate there is no utilization: its series stay absent, not zero.
+        if spec.line_rate_bytes_per_second <= 0:
+            return None
+        return {
             direction: DirectionAnalyzer(
                 spec.line_rate_bytes_per_second,
                 self.thresholds,
-                self.interval_ns,
+                max(self.interval_ns, spec.min_read_interval_ns),
                 keep_bursts=False,
                 saturated_second_retention=120,
             )
             for direction in DIRECTIONS
         }
-        state = _PortState(spec, analyzers)
+
+    def _new_port(self, spec: PortSpec) -> _PortState:
+        state = _PortState(spec, self._analyzers(spec))
         state.live = {direction: LiveDirection() for direction in DIRECTIONS}
         state.latest = dict.fromkeys(DIRECTIONS, 0)
         return state
+
+    def _rate_changes(self, offset_ns: int) -> dict[int, tuple[int, int]]:
+        """Ports whose data rate, as the slow sources last read it, differs from the rate in
+        force: port index -> (new rate, wall-clock time of the reading)."""
+        if self.slow is None:
+            return {}
+        rates = self.slow.gauge(DATA_RATE)
+        changes = {}
+        for index, state in enumerate(self._ports):
+            found = rates.get((state.spec.device, state.spec.port))
+            # An unreadable rate (0) keeps the last usable one: utilization stays honest
+            # for the link as last seen, and a link that lost its width carries nothing.
+            if (
+                found is not None
+                and found[0] > 0
+                and found[0] != state.spec.line_rate_bytes_per_second
+            ):
+                changes[index] = (found[0], found[1] + offset_ns)
+        return changes
+
+    def _apply_rate(self, state: _PortState, rate: int) -> None:
+        old = state.spec.line_rate_bytes_per_second
+        state.spec = dataclasses.replace(state.spec, line_rate_bytes_per_second=rate)
+        if state.analyzers is None:
+            state.analyzers = self._analyzers(state.spec)
+        else:
+            for analyzer in state.analyzers.values():
+                analyzer.set_line_rate(rate)
+        if old > 0:
+            state.rate_changes += 1
+        _LOG.warning(
+            "%s port %d: line rate %s -> %g Gb/s; utilization uses it from the next sample",
+            state.spec.device,
+            state.spec.port,
+            f"{old * 8 / 1e9:g} Gb/s" if old > 0 else "unknown",
+            rate * 8 / 1e9,
+        )
 
     def start(self) -> None:
         """Start sampling; raises SamplerError if the sampler process cannot start."""
@@ -354,10 +410,26 @@ class Pipeline:
         missing_before = list(reader.missing_by_port)
         refused_before = [dict(refused) for refused in reader.refused_by_port]
         columns, lateness, read_ns = reader.poll_with_timing()
+        changes = self._rate_changes(reader.wall_offset_ns)
+        # Where each port's samples switch to a new rate: those at or after the reading.
+        cuts = {
+            index: int(np.searchsorted(columns[index].timestamp_ns, at))
+            for index, (_, at) in changes.items()
+        }
         if self.trace is not None:
             slow = self.slow
             rows = slow.take_rows(reader.wall_offset_ns) if slow is not None else []
-            self.trace.append(columns, rows)  # never raises: a failing recording pauses
+            # Each row with the line rate in force for it; never raises: a failing
+            # recording pauses.
+            self.trace.append(
+                [
+                    self._with_rates(
+                        state, port, changes.get(index, (None, 0))[0], cuts.get(index, 0)
+                    )
+                    for index, (state, port) in enumerate(zip(self._ports, columns, strict=True))
+                ],
+                rows,
+            )
         closed: list[tuple[PortSpec, str, Bursts]] = []
         for index, (state, port) in enumerate(zip(self._ports, columns, strict=True)):
             state.failed_reads += reader.missing_by_port[index] - missing_before[index]
@@ -374,18 +446,19 @@ class Pipeline:
                     )
                 if new:
                     state.refused[key] = state.refused.get(key, 0) + new
+            if index in changes and not port.timestamp_ns.size:
+                self._apply_rate(state, changes[index][0])
+
             if not port.timestamp_ns.size:
                 continue
             self._now_ns = max(self._now_ns, int(port.timestamp_ns[-1]))
-            for direction, values in (
-                ("transmit", port.xmit_bytes),
-                ("receive", port.rcv_bytes),
-            ):
-                chunk = state.analyzers[direction].feed(port.timestamp_ns, values, port.rebaseline)
-                state.live[direction].update(chunk)
-                state.latest[direction] = int(values[-1])
-                if len(chunk.bursts):
-                    closed.append((state.spec, direction, chunk.bursts))
+            pieces = [slice(None)]
+            if index in changes:
+                pieces = [slice(0, cuts[index]), slice(cuts[index], None)]
+            for number, piece in enumerate(pieces):
+                if number == 1:
+                    self._apply_rate(state, changes[index][0])
+                self._feed(state, port, piece, closed)
         views = tuple(self._view(state) for state in self._ports)
         with self._lock:
             self._views = views
@@ -401,6 +474,40 @@ class Pipeline:
         for spec, direction, bursts in closed:
             for listener in self.listeners:
                 listener(spec, direction, bursts)
+
+    @staticmethod
+    def _with_rates(
+        state: _PortState, port: PortColumns, change: int | None, cut: int
+    ) -> PortColumns:
+        """The port's samples as recorded: each row with the line rate in force for it."""
+        rate = state.spec.line_rate_bytes_per_second
+        if change is None:
+            return dataclasses.replace(port, line_rate_bytes_per_second=rate)
+        rates = np.full(port.timestamp_ns.size, change, dtype=np.int64)
+        rates[:cut] = rate
+        return dataclasses.replace(port, line_rate_bytes_per_second=rates)
+
+    def _feed(
+        self,
+        state: _PortState,
+        port: PortColumns,
+        piece: slice,
+        closed: list[tuple[PortSpec, str, Bursts]],
+    ) -> None:
+        stamps = port.timestamp_ns[piece]
+        if not stamps.size:
+            return
+        for direction, values in (
+            ("transmit", port.xmit_bytes[piece]),
+            ("receive", port.rcv_bytes[piece]),
+        ):
+            state.latest[direction] = int(values[-1])
+            if state.analyzers is None:
+                continue
+            chunk = state.analyzers[direction].feed(stamps, values, port.rebaseline[piece])
+            state.live[direction].update(chunk)
+            if len(chunk.bursts):
+                closed.append((state.spec, direction, chunk.bursts))
 
     def snapshot(self) -> Snapshot:
         with self._lock:
@@ -426,21 +533,39 @@ class Pipeline:
             now = self._views_now_ns
         slow = self.slow.snapshot() if self.slow is not None else None
         recording = self.trace.health() if self.trace is not None else None
-        return Snapshot(self.source.name, now, ports, health, slow, self.thresholds, recording)
+        source = self.source
+        return Snapshot(
+            source.name,
+            now,
+            ports,
+            health,
+            slow,
+            self.thresholds,
+            recording,
+            source.unsampled,
+            source.devices,
+        )
 
     def _view(self, state: _PortState) -> PortView:
         directions = {}
         for direction in DIRECTIONS:
-            analyzer = state.analyzers[direction]
+            analyzer = state.analyzers[direction] if state.analyzers is not None else None
             directions[direction] = DirectionView(
                 bytes_total=state.latest[direction],
                 live=copy.deepcopy(state.live[direction]),
-                saturated_seconds=analyzer.saturated_ns / 1e9,
-                hidden_saturated_seconds=analyzer.hidden_saturated_ns / 1e9,
-                resets=analyzer.resets,
-                p99=utilization_quantile(analyzer.finest_histogram, 0.99),
+                saturated_seconds=analyzer.saturated_ns / 1e9 if analyzer else 0.0,
+                hidden_saturated_seconds=analyzer.hidden_saturated_ns / 1e9 if analyzer else 0.0,
+                resets=analyzer.resets if analyzer else 0,
+                p99=utilization_quantile(analyzer.finest_histogram, 0.99) if analyzer else None,
             )
-        return PortView(state.spec, directions, state.failed_reads, dict(state.refused))
+        return PortView(
+            state.spec,
+            directions,
+            state.failed_reads,
+            dict(state.refused),
+            state.rate_changes,
+            max(self.interval_ns, state.spec.min_read_interval_ns),
+        )
 
     def stop(self) -> None:
         self._stop.set()
@@ -490,7 +615,7 @@ class Pipeline:
 
         def change() -> None:
             for state in self._ports:
-                for analyzer in state.analyzers.values():
+                for analyzer in (state.analyzers or {}).values():
                     analyzer.retune(thresholds)
             self.thresholds = thresholds
 
@@ -536,13 +661,10 @@ class Pipeline:
         self._swap(candidate, source, ring)
 
     def _swap(self, sampler: Sampler, source: CounterSource, ring: Ring) -> None:
-        kept = {
-            (s.spec.device, s.spec.port, s.spec.line_rate_bytes_per_second): s for s in self._ports
-        }
+        # Kept ports keep their detectors and the rate in force (the slow poll follows it).
+        kept = {(s.spec.device, s.spec.port): s for s in self._ports}
         ports = [
-            kept.get((spec.device, spec.port, spec.line_rate_bytes_per_second))
-            or self._new_port(spec)
-            for spec in source.ports
+            kept.get((spec.device, spec.port)) or self._new_port(spec) for spec in source.ports
         ]
         views = tuple(self._view(state) for state in ports)
         with self._lock:

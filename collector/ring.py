@@ -25,6 +25,7 @@ from collector.sources.base import (
     BAD_REASONS,
     MAX_COUNTER_BYTES,
     STATUS_BAD,
+    STATUS_HELD,
     STATUS_MISSING,
     STATUS_REBASELINE,
     PortSpec,
@@ -319,7 +320,9 @@ class RingReader:
         for index, spec in enumerate(self.ports):
             status = rows.status[:, index]
             present = status < STATUS_MISSING
-            self.missing_by_port[index] += int(present.size - np.count_nonzero(present))
+            # Held ticks (not read: the kernel's cache had not expired) are no failures.
+            failed = ~present & (status != STATUS_HELD)
+            self.missing_by_port[index] += int(np.count_nonzero(failed))
             if status.size and int(status.max()) >= STATUS_BAD:
                 codes, counts = np.unique(status[status >= STATUS_BAD], return_counts=True)
                 refused = self.refused_by_port[index]

@@ -385,6 +385,15 @@ class SlowPoller:
                     midpoint,
                 )
 
+    def gauge(self, name: str) -> dict[tuple[str, int], tuple[int, int]]:
+        """One gauge of every port that has it: (value, CLOCK_MONOTONIC of its poll)."""
+        with self._lock:
+            return {
+                (state.device, state.port): (state.value, state.timestamp_ns)
+                for state in self._counters.values()
+                if state.name == name
+            }
+
     def snapshot(self) -> SlowSnapshot:
         with self._lock:
             counters = dict(self._counters)

@@ -56,6 +56,9 @@ class Summary:
     scales: tuple[ScaleStats, ...]  # finest first
     bursts: BurstStats
     thresholds: Thresholds
+    # Line time used, when the line rate changed during the series (each interval divided
+    # by the rate in force); None: one rate throughout, and bytes_total says it exactly.
+    busy_ns: float | None = None
 
     @property
     def duration_seconds(self) -> float:
@@ -68,6 +71,8 @@ class Summary:
         """Time-weighted over covered time: the same at every scale."""
         if self.covered_ns == 0:
             return None
+        if self.busy_ns is not None:
+            return min(self.busy_ns / self.covered_ns, 1.0)
         rate = self.line_rate_bytes_per_second
         return min(self.bytes_total * (NS_PER_SECOND / rate) / self.covered_ns, 1.0)
 
@@ -116,6 +121,8 @@ class _Carry:
     covered_ns: int = 0  # T: sum of valid interval durations
     first_ns: int | None = None
     pending_saturated: dict[int, int] = field(default_factory=dict)  # coarse window end -> ns
+    busy_ns: float = 0.0  # sum of valid delta x (1e9 / rate in force)
+    rate_changed: bool = False
 
 
 class DirectionAnalyzer:
@@ -232,6 +239,25 @@ class DirectionAnalyzer:
             distribution.busy_threshold = thresholds.busy
         self._bursts.threshold = thresholds.burst
 
+    def set_line_rate(self, line_rate_bytes_per_second: int) -> None:
+        """Divide samples fed from now on by a new line rate (the link renegotiated).
+
+        Every running total is kept. A window or burst open across the change is divided
+        by the rate in force when it closes; samples and the mean use the rate of their own
+        interval.
+        """
+        rate = int(line_rate_bytes_per_second)
+        if rate <= 0:
+            raise ValueError("line rate must be positive")
+        if rate == self.line_rate_bytes_per_second:
+            return
+        self._carry.rate_changed = True
+        self.line_rate_bytes_per_second = rate
+        self._scale = NS_PER_SECOND / rate
+        for window in self._windows:
+            window.set_bytes_to_utilization(self._scale)
+        self._bursts.bytes_to_utilization = self._scale
+
     def feed(
         self,
         timestamp_ns: npt.ArrayLike,
@@ -311,6 +337,7 @@ class DirectionAnalyzer:
             carry.first_ns = int(end[0])
         carry.timestamp_ns = int(end[-1])
         carry.cumulative_bytes = int(values[-1])
+        carry.busy_ns += float(bytes_after[-1] - carry.bytes_total) * self._scale
         carry.bytes_total = int(bytes_after[-1])
         carry.covered_ns = int(covered_after[-1])
         return Chunk(end, utilization, valid, closed, windows)
@@ -358,6 +385,7 @@ class DirectionAnalyzer:
             scales=tuple(scales),
             bursts=self._bursts.stats(),
             thresholds=self.thresholds,
+            busy_ns=carry.busy_ns if carry.rate_changed else None,
         )
 
     def _add_finest(self, utilization: F64, invalid: int) -> None:

@@ -126,6 +126,10 @@ class WindowScale:
         self._bytes_fraction = 0.0
         self._covered = 0
 
+    def set_bytes_to_utilization(self, scale: float) -> None:
+        """A new line rate (1e9 / rate) for windows that close from now on."""
+        self._scale = scale
+
     def advance(self, intervals: Intervals, candidates: I64 | None) -> tuple[Windows, I64]:
         """Close the windows whose end boundary lies in these intervals.
 

@@ -67,25 +67,35 @@ def test_fixture_tree_matches_golden(update_golden: bool) -> None:
 def test_every_kind_of_absence_is_a_skip_not_a_failure() -> None:
     found = discover(SYSFS)
     assert [(p.device, p.state.name if p.state else None) for p in found.ports] == [
+        ("irdma0", "ACTIVE"),  # bytes from hw_counters/ip4{In,Out}Octets
         ("mlx5_0", "ACTIVE"),
         ("mlx5_1", "ACTIVE"),
         ("mlx5_2", "DOWN"),
     ]
+    # A port without readable data counters is kept, with its state, rate and reason.
+    assert [
+        (p.device, p.state, p.rate_bytes_per_second, p.not_sampled) for p in found.unsampled
+    ] == [
+        (
+            "mlx5_3",
+            State(4, "ACTIVE"),
+            25_000_000_000,
+            "counters/port_xmit_data: reads 'N/A (no PMA)'",
+        )
+    ]
     reasons = {(s.device, s.reason) for s in found.skipped}
-    assert ("irdma0", "no counters/ directory (driver without a PMA)") in reasons
-    assert ("mlx5_3", "counters/port_xmit_data: reads 'N/A (no PMA)'") in reasons
     assert ("mlx5_2", "counters/symbol_error: reads 'N/A (no PMA)'") in reasons
 
 
 def test_roce_netdev_comes_from_gid_attrs_then_device_net(sysfs_copy: Path) -> None:
     port = sysfs_copy / "class/infiniband/mlx5_1/ports/1"
-    assert discover(sysfs_copy).ports[1].netdev == "ens1f1np1"
+    assert discover(sysfs_copy).ports[2].netdev == "ens1f1np1"
     for entry in (port / "gid_attrs" / "ndevs").iterdir():
         entry.unlink()
     (sysfs_copy / "class/infiniband/mlx5_1/device/net/ens1f1np1").rename(
         sysfs_copy / "class/infiniband/mlx5_1/device/net/enp1s0f1"
     )
-    assert discover(sysfs_copy).ports[1].netdev == "enp1s0f1"
+    assert discover(sysfs_copy).ports[2].netdev == "enp1s0f1"
 
 
 def test_include_and_exclude_filters() -> None:

@@ -187,7 +187,9 @@ def test_snapshot_is_safe_while_the_thread_polls(sysfs_copy: Path) -> None:
             snapshot = poller.snapshot()
             seen.append(len(snapshot.counters))
             assert all(isinstance(c, CounterState) for c in snapshot.counters.values())
-    assert max(seen) == 30  # 16 for mlx5_0, 9 for mlx5_1, 5 for mlx5_2
+    # 17 for mlx5_0, 10 for mlx5_1, 6 for mlx5_2 (data rate beside the rest), 4 for irdma0
+    # (state, phys_state, rate, data rate: it has no counters/)
+    assert max(seen) == 37
     assert not any(t.name == "burstscope-slow-poller" for t in threading.enumerate())
 
 
@@ -197,26 +199,28 @@ def test_the_infiniband_source_names_its_slow_sources() -> None:
     assert [s.name for s in sources] == ["port_slow", "hw_counters", "ethtool:ens1f1np1"]
     port_slow, hw, ethtool = sources
     assert isinstance(port_slow, PortCounterSource)
-    assert [p.device for p in port_slow.ports] == ["mlx5_0", "mlx5_1", "mlx5_2"]
-    # RoCE ports: mlx5_1, and irdma0 which has hw_counters but no counters/.
+    # Every port, mlx5_3 (N/A (no PMA)) too: its state and rate are exported.
+    assert [p.device for p in port_slow.ports] == ["irdma0", "mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
+    # RoCE ports: irdma0 (bytes and congestion counters in hw_counters/) and mlx5_1.
     assert isinstance(hw, HwCountersSysfsSource)
-    assert [(p.device, p.port) for p in hw.ports] == [("mlx5_1", 1), ("irdma0", 1)]
+    assert [(p.device, p.port) for p in hw.ports] == [("irdma0", 1), ("mlx5_1", 1)]
     assert isinstance(ethtool, EthtoolSource) and ethtool.interface == "ens1f1np1"
 
     with_netlink = fast.slow_sources(with_ethtool=False, probe=lambda _: None)
     assert [s.name for s in with_netlink] == ["port_slow", "rdma_netlink"]
     assert isinstance(with_netlink[1], RdmaNetlinkSource)
-    assert list(with_netlink[1].ports) == [("mlx5_1", 1), ("irdma0", 1)]
+    assert list(with_netlink[1].ports) == [("irdma0", 1), ("mlx5_1", 1)]
 
 
 def test_the_netdev_source_names_ethtool_and_it_reads_lo_for_real() -> None:
     fast = NetdevSource(("lo",))
-    assert fast.slow_sources(with_ethtool=False) == []
+    # The interface's speed, re-read every poll, is the line rate's one road.
+    assert [s.name for s in fast.slow_sources(with_ethtool=False)] == ["netdev_rate"]
     sources = fast.slow_sources()
-    assert [s.name for s in sources] == ["ethtool:lo"]
+    assert [s.name for s in sources] == ["netdev_rate", "ethtool:lo"]
     poller = SlowPoller(sources)
     poller.poll_once()
-    (health,) = poller.snapshot().sources
+    _, health = poller.snapshot().sources
     assert (health.polls, health.errors) == (1, 0)  # lo has no driver stats: empty, not an error
     poller.close()
 

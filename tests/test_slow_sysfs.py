@@ -81,6 +81,7 @@ def test_port_slow_on_the_infiniband_fixture_port() -> None:
         SlowReading(*dev, "state", 4, None),
         SlowReading(*dev, "phys_state", 5, None),
         SlowReading(*dev, "rate_bytes_per_second", 50_000_000_000, None),  # 400 Gb/sec
+        SlowReading(*dev, "data_rate_bytes_per_second", 50_000_000_000, None),  # NDR: as printed
     ]
     assert readings == expected
 
@@ -104,6 +105,8 @@ def test_a_counter_reading_no_pma_is_skipped_and_counted() -> None:
             SlowReading(*dev, "state", 1, None),
             SlowReading(*dev, "phys_state", 3, None),
             SlowReading(*dev, "rate_bytes_per_second", 1_250_000_000, None),
+            # "10 Gb/sec (4X)": the old unnamed SDR, 8b/10b, so 8 Gb/s of data.
+            SlowReading(*dev, "data_rate_bytes_per_second", 1_000_000_000, None),
         ]
     )
     assert source.read_errors == 2

@@ -9,7 +9,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from burstscope.arguments import add_port_selection
+from burstscope.arguments import LINE_RATE_HINT, add_port_selection
 from burstscope.errors import UsageError
 from collector.discovery import (
     Discovery,
@@ -41,18 +41,40 @@ def run(args: argparse.Namespace) -> int:
         return 0
     console = Console()
     table = Table(title=f"RDMA ports under {args.sysfs_root}")
-    for column in ("device", "port", "link layer", "state", "rate", "netdev", "counters"):
+    for column in (
+        "device",
+        "port",
+        "link layer",
+        "state",
+        "rate",
+        "data rate",
+        "bytes from",
+        "netdev",
+        "note",
+    ):
         table.add_column(column)
-    for port in found.ports:
-        rate = port.rate_bytes_per_second
+    for port in (*found.ports, *found.unsampled):
+        rate, data = port.rate_bytes_per_second, port.data_rate_bytes_per_second
+        files = port.byte_files
+        notes = []
+        if port.not_sampled:
+            notes.append(f"not sampled: {port.not_sampled}")
+        if port.rate_problem:
+            notes.append(f"{port.rate_problem}: utilization absent; {LINE_RATE_HINT}")
+        if files is not None and files.min_read_interval_ns:
+            notes.append(f"resolution {files.min_read_interval_ns / 1e6:g} ms (kernel cache)")
+        if port.saturated:
+            notes.append(f"stuck at all-ones: {', '.join(port.saturated)}")
         table.add_row(
             port.device,
             str(port.port),
             port.link_layer,
             port.state.name if port.state else "?",
             f"{rate * 8 / 1e9:g} Gb/s" if rate else "?",
+            f"{data * 8 / 1e9:.6g} Gb/s" if data else "?",
+            f"{files.directory}/{'+'.join(files.transmit)}" if files else "-",
             port.netdev or "",
-            str(len(port.counters)),
+            "; ".join(notes),
         )
     console.print(table)
     if found.skipped:
@@ -61,5 +83,5 @@ def run(args: argparse.Namespace) -> int:
             where = skip.device if skip.port is None else f"{skip.device}/{skip.port}"
             print(f"  {where}: {skip.reason}")
     if not found.ports:
-        print(f"no InfiniBand or RoCE ports under {args.sysfs_root}/class/infiniband")
+        print(f"no sampled InfiniBand or RoCE ports under {args.sysfs_root}/class/infiniband")
     return 0

@@ -182,6 +182,12 @@ def readings_from_snapshot(snapshot: Any) -> dict[tuple[str, int], PortReading]:
                 entry["link_downed"] = value
             elif is_congestion(name):
                 entry.setdefault("congestion", {})[name] = value
+    # A sampled port's rate is the one in force (after encoding, the operator's override):
+    # the rate its utilization is divided by, so a rate_change event says when that moved.
+    for view in snapshot.ports:
+        rate = view.spec.line_rate_bytes_per_second
+        if rate > 0:
+            slow[(view.spec.device, view.spec.port)]["rate_bytes_per_second"] = rate
     return {
         key: PortReading(saturated_seconds=saturated.get(key, {}), **values)
         for key, values in slow.items()

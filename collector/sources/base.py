@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from collector.discovery import DEFAULT_SYSFS_ROOT
+from collector.discovery import DEFAULT_SYSFS_ROOT, DeviceInfo
 from detectors.counters import CounterSpec
 
 if TYPE_CHECKING:  # the trace format loads pyarrow: not for `discover` or `--version`
@@ -58,6 +58,11 @@ def usable(status: int) -> bool:
     return status < STATUS_MISSING
 
 
+# Not read this tick: the kernel would return its cached value (hw_counters lifespan), and
+# a repeated value followed by a jump is no measurement. Not a sample, not a failure.
+STATUS_HELD = 3
+
+
 class SourceError(Exception):
     """A source cannot start: bad specification, unknown interface, nothing to read."""
 
@@ -69,7 +74,22 @@ class SourceOptions:
     sysfs_root: str = DEFAULT_SYSFS_ROOT
     include: re.Pattern[str] | None = None
     exclude: re.Pattern[str] | None = None
-    line_rate_bytes_per_second: int | None = None
+    line_rate_bytes_per_second: int | None = None  # --line-rate: every port
+    # [source.line_rates] / --line-rate-for DEVICE=GBITS: per device, over the rest.
+    line_rates: tuple[tuple[str, int], ...] = ()
+
+    def line_rate_for(self, device: str) -> int | None:
+        """The operator's data rate for this device, bytes/s; None: read it from the kernel."""
+        return dict(self.line_rates).get(device, self.line_rate_bytes_per_second)
+
+
+@dataclass(frozen=True, slots=True)
+class UnsampledPort:
+    """A port the source keeps (state, rate exported) without sampling its bytes."""
+
+    device: str
+    port: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +98,10 @@ class PortSpec:
 
     device: str
     port: int
-    line_rate_bytes_per_second: int  # 0 when unknown
+    line_rate_bytes_per_second: int  # data rate at start; 0 when unknown
+    # Finest honest resolution: hw_counters are cached for their lifespan. 0: every tick.
+    min_read_interval_ns: int = 0
+    rate_problem: str = ""  # why the rate is unknown at start, when it is
 
 
 @dataclass(slots=True)
@@ -105,6 +128,9 @@ class CounterSource(Protocol):
 
     name: str
     ports: tuple[PortSpec, ...]
+    # Ports kept without sampling, with why (a source may leave it at the default, empty).
+    unsampled: tuple[UnsampledPort, ...]
+    devices: tuple[DeviceInfo, ...]  # board, firmware, HCA type; () where none
 
     def open(self) -> None: ...
 

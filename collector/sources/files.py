@@ -12,14 +12,17 @@ import os
 import time
 from dataclasses import dataclass
 
+from collector.discovery import DeviceInfo
 from collector.sources.base import (
     BAD_REASONS,
     MAX_COUNTER_BYTES,
+    STATUS_HELD,
     STATUS_MISSING,
     STATUS_OK,
     STATUS_REBASELINE,
     PortSpec,
     SampleRow,
+    UnsampledPort,
     bad_errno_status,
     bad_status,
 )
@@ -43,11 +46,19 @@ class _OutOfRange(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class CounterFiles:
-    """The two files of one port and the factor that turns their values into bytes."""
+    """The files of one port and the factor that turns their values into bytes.
+
+    ``extra_*`` files are added to the first (irdma keeps IPv4 and IPv6 octets apart);
+    ``min_read_interval_ns`` is the kernel's cache lifetime (hw_counters lifespan): the port
+    is read no more often, and the ticks between are STATUS_HELD.
+    """
 
     xmit_path: str
     rcv_path: str
     bytes_per_unit: int
+    extra_xmit: tuple[str, ...] = ()
+    extra_rcv: tuple[str, ...] = ()
+    min_read_interval_ns: int = 0
 
 
 class PairedFileReader:
@@ -72,6 +83,10 @@ class PairedFileReader:
         self._next_status = [STATUS_REBASELINE] * count
         self._retry_at = [0] * count
         self._backoff = [_FIRST_RETRY_NS] * count
+        # Ports with extra files or a minimum interval take the slower path in read_into.
+        self._special = [bool(f.extra_xmit or f.extra_rcv or f.min_read_interval_ns) for f in files]
+        self._extra_fds: list[list[int]] = [[] for _ in files]
+        self._next_read = [0] * count
 
     def open(self) -> None:
         for index in range(len(self._files)):
@@ -86,12 +101,17 @@ class PairedFileReader:
             if fds[index] >= 0:
                 os.close(fds[index])
                 fds[index] = -1
+        for fd in self._extra_fds[index]:
+            os.close(fd)
+        self._extra_fds[index] = []
 
     def _reopen(self, index: int) -> bool:
         files = self._files[index]
         try:
             self._xmit_fd[index] = os.open(files.xmit_path, os.O_RDONLY | os.O_CLOEXEC)
             self._rcv_fd[index] = os.open(files.rcv_path, os.O_RDONLY | os.O_CLOEXEC)
+            for path in (*files.extra_xmit, *files.extra_rcv):
+                self._extra_fds[index].append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
         except OSError:
             self._close(index)
             self._fail(index)
@@ -114,7 +134,11 @@ class PairedFileReader:
         durations, status = row.read_ns, row.status
         xmit_fds, rcv_fds, next_status = self._xmit_fd, self._rcv_fd, self._next_status
         limits = self._limits
+        special = self._special
         for index, scale in enumerate(self._scales):
+            if special[index]:
+                self._read_special(index, row)
+                continue
             xmit_fd = xmit_fds[index]
             if xmit_fd < 0:
                 now = clock()
@@ -165,11 +189,65 @@ class PairedFileReader:
                 next_status[index] = STATUS_OK
                 self._backoff[index] = _FIRST_RETRY_NS
 
+    def _read_special(self, index: int, row: SampleRow) -> None:
+        """A port with summed files or a cache lifetime: the same steps, off the fast loop."""
+        files = self._files[index]
+        now = time.monotonic_ns()
+        if self._xmit_fd[index] >= 0 and now < self._next_read[index]:
+            row.timestamp_ns[index] = now
+            row.status[index] = STATUS_HELD
+            return
+        if self._xmit_fd[index] < 0 and (now < self._retry_at[index] or not self._reopen(index)):
+            row.timestamp_ns[index] = now
+            row.status[index] = STATUS_MISSING
+            return
+        extra = len(files.extra_xmit)
+        limit = self._limits[index]
+        before = time.monotonic_ns()
+        counter = 0
+        try:
+            x = int(os.pread(self._xmit_fd[index], _READ_BYTES, 0))
+            fds = self._extra_fds[index]
+            x += sum(int(os.pread(fd, _READ_BYTES, 0)) for fd in fds[:extra])
+            counter = 1
+            r = int(os.pread(self._rcv_fd[index], _READ_BYTES, 0))
+            r += sum(int(os.pread(fd, _READ_BYTES, 0)) for fd in fds[extra:])
+            if not (0 <= x <= limit and 0 <= r <= limit):
+                counter = 0 if not 0 <= x <= limit else 1
+                value = x if counter == 0 else r
+                raise _OutOfRange(_NEGATIVE if value < 0 else _TOO_LARGE)
+        except (OSError, ValueError) as exc:
+            # As on the fast path: one bad value costs this port's tick, counted by reason.
+            after = time.monotonic_ns()
+            self._close(index)
+            self._fail(index)
+            row.timestamp_ns[index] = after
+            row.read_ns[index] = after - before
+            if isinstance(exc, _OutOfRange):
+                row.status[index] = bad_status(counter, exc.reason)
+            elif isinstance(exc, OSError):
+                row.status[index] = bad_errno_status(counter, exc.errno or 0)
+            else:
+                row.status[index] = bad_status(counter, _NOT_A_NUMBER)
+            return
+        after = time.monotonic_ns()
+        self._next_read[index] = before + files.min_read_interval_ns
+        row.timestamp_ns[index] = (before + after) >> 1
+        row.xmit_bytes[index] = x * files.bytes_per_unit
+        row.rcv_bytes[index] = r * files.bytes_per_unit
+        row.read_ns[index] = after - before
+        row.status[index] = self._next_status[index]
+        if self._next_status[index] != STATUS_OK:
+            self._next_status[index] = STATUS_OK
+            self._backoff[index] = _FIRST_RETRY_NS
+
 
 class FileCounterSource:
     """The open/read/close half of a source whose counters are files; subclasses find the files."""
 
     ports: tuple[PortSpec, ...]
+    unsampled: tuple[UnsampledPort, ...] = ()
+    devices: tuple[DeviceInfo, ...] = ()
     _files: tuple[CounterFiles, ...]
     _reader: PairedFileReader | None = None
 

@@ -1,4 +1,5 @@
-"""The InfiniBand/RoCE data counters: counters/port_xmit_data and port_rcv_data, x4 octets."""
+"""Every RDMA port's bytes: counters/port_{xmit,rcv}_data (x4 octets) or, for drivers without a
+PMA (efa, bnxt_re, irdma), their byte counters in hw_counters/ at the lifespan's resolution."""
 
 from __future__ import annotations
 
@@ -9,14 +10,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collector.discovery import (
-    DATA_COUNTER_OCTETS,
     DEFAULT_SYSFS_ROOT,
+    DeviceInfo,
     Discovery,
     DiscoveryError,
     InfiniBandPort,
     discover,
 )
-from collector.sources.base import PortSpec, SlowSource, SourceError, SourceOptions
+from collector.sources.base import (
+    PortSpec,
+    SlowSource,
+    SourceError,
+    SourceOptions,
+    UnsampledPort,
+)
 from collector.sources.ethtool import EthtoolSource
 from collector.sources.files import CounterFiles, FileCounterSource
 from collector.sources.hw_counters import HwCountersSysfsSource
@@ -38,9 +45,13 @@ class InfiniBandSource(FileCounterSource):
     sysfs_root: str = DEFAULT_SYSFS_ROOT
     include: re.Pattern[str] | None = None
     exclude: re.Pattern[str] | None = None
+    line_rates: tuple[tuple[str, int], ...] = ()  # the operator's data rates, by device
+    line_rate_bytes_per_second: int | None = None  # --line-rate: every other device's
     name: str = "infiniband"
     discovery: Discovery = field(init=False)
     ports: tuple[PortSpec, ...] = field(init=False)
+    unsampled: tuple[UnsampledPort, ...] = field(init=False)
+    devices: tuple[DeviceInfo, ...] = field(init=False)
     _files: tuple[CounterFiles, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -50,18 +61,34 @@ class InfiniBandSource(FileCounterSource):
             raise SourceError(str(exc)) from None
         if not self.discovery.ports:
             where = Path(self.sysfs_root) / "class" / "infiniband"
-            raise SourceError(f"no InfiniBand or RoCE port with readable counters under {where}")
+            why = "; ".join(
+                f"{p.device}/{p.port}: {p.not_sampled}" for p in self.discovery.unsampled
+            )
+            raise SourceError(
+                f"no InfiniBand or RoCE port with readable byte counters under {where}"
+                + (f" ({why})" if why else "")
+            )
+        rates = dict(self.line_rates)
+        if self.line_rate_bytes_per_second is not None:
+            for port in (*self.discovery.ports, *self.discovery.unsampled):
+                rates.setdefault(port.device, self.line_rate_bytes_per_second)
+            self.line_rates = tuple(sorted(rates.items()))
         self.ports = tuple(
-            PortSpec(p.device, p.port, p.rate_bytes_per_second or 0) for p in self.discovery.ports
-        )
-        self._files = tuple(
-            CounterFiles(
-                str(p.counter_path("port_xmit_data")),
-                str(p.counter_path("port_rcv_data")),
-                DATA_COUNTER_OCTETS,
+            PortSpec(
+                p.device,
+                p.port,
+                rates.get(p.device, p.data_rate_bytes_per_second or 0),
+                p.byte_files.min_read_interval_ns if p.byte_files else 0,
+                p.rate_problem or "",
             )
             for p in self.discovery.ports
         )
+        self.unsampled = tuple(
+            UnsampledPort(p.device, p.port, p.not_sampled or "not sampled")
+            for p in self.discovery.unsampled
+        )
+        self._files = tuple(_counter_files(p) for p in self.discovery.ports)
+        self.devices = self.discovery.devices
 
     def slow_sources(
         self,
@@ -71,9 +98,13 @@ class InfiniBandSource(FileCounterSource):
         """PortCounters, state and rate of every port; hw counters (RDMA netlink, else sysfs)
         of the Ethernet ports, including those without counters/; ethtool of each netdev."""
         ports = self.discovery.ports
-        sources: list[SlowSource] = [PortCounterSource(ports)]
+        # Unsampled ports too: their state, phys_state and rate are exported all the same.
+        sources: list[SlowSource] = [
+            PortCounterSource((*ports, *self.discovery.unsampled), line_rates=dict(self.line_rates))
+        ]
         roce = [p for p in ports if p.link_layer == "Ethernet" and p.hw_counters]
-        roce += self.discovery.hw_counter_only
+        seen = {(p.device, p.port) for p in roce}
+        roce += [p for p in self.discovery.hw_counter_only if (p.device, p.port) not in seen]
         if roce:
             sources.append(choose_hw_counter_source(roce, probe))
         if with_ethtool:
@@ -98,7 +129,27 @@ def choose_hw_counter_source(
     return HwCountersSysfsSource(ports)
 
 
+def _counter_files(port: InfiniBandPort) -> CounterFiles:
+    transmit, receive = port.byte_paths()
+    files = port.byte_files
+    assert files is not None
+    return CounterFiles(
+        transmit[0],
+        receive[0],
+        files.bytes_per_unit,
+        transmit[1:],
+        receive[1:],
+        files.min_read_interval_ns,
+    )
+
+
 def from_spec(argument: str | None, options: SourceOptions) -> InfiniBandSource:
     if argument:
         raise SourceError(f"the sysfs source takes no argument (got {argument!r})")
-    return InfiniBandSource(options.sysfs_root, options.include, options.exclude)
+    return InfiniBandSource(
+        options.sysfs_root,
+        options.include,
+        options.exclude,
+        options.line_rates,
+        options.line_rate_bytes_per_second,
+    )

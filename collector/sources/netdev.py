@@ -10,7 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collector.discovery import DEFAULT_SYSFS_ROOT, read_attribute
-from collector.sources.base import PortSpec, SlowSource, SourceError, SourceOptions
+from collector.sources.base import (
+    PortSpec,
+    SlowReading,
+    SlowSource,
+    SourceError,
+    SourceOptions,
+)
 from collector.sources.ethtool import EthtoolSource
 from collector.sources.files import CounterFiles, FileCounterSource
 
@@ -28,12 +34,39 @@ def interface_line_rate(sysfs_root: str, interface: str) -> int | None:
 
 
 @dataclass
+class NetdevRateSource:
+    """class/net/IF/speed re-read every poll, so a renegotiated link is divided right."""
+
+    interfaces: tuple[str, ...]
+    sysfs_root: str = DEFAULT_SYSFS_ROOT
+    line_rates: dict[str, int] = field(default_factory=dict)  # the operator's, by interface
+    name: str = "netdev_rate"
+
+    def open(self) -> None:
+        pass
+
+    def poll(self) -> list[SlowReading]:
+        readings = []
+        for interface in self.interfaces:
+            rate = interface_line_rate(self.sysfs_root, interface)
+            if rate is not None:
+                readings.append(SlowReading(interface, 1, "rate_bytes_per_second", rate, None))
+            data = self.line_rates.get(interface, rate or 0)
+            readings.append(SlowReading(interface, 1, "data_rate_bytes_per_second", data, None))
+        return readings
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
 class NetdevSource(FileCounterSource):
     """The interfaces the user names; each is a port 1 of a "device" named after it."""
 
     interfaces: tuple[str, ...]
     sysfs_root: str = DEFAULT_SYSFS_ROOT
     line_rate_bytes_per_second: int | None = None  # --line-rate overrides speed
+    line_rates: tuple[tuple[str, int], ...] = ()  # --line-rate-for IF=GBITS, over the rest
     name: str = "netdev"
     ports: tuple[PortSpec, ...] = field(init=False)
     _files: tuple[CounterFiles, ...] = field(init=False)
@@ -49,7 +82,7 @@ class NetdevSource(FileCounterSource):
             statistics = root / "class" / "net" / interface / "statistics"
             if not (statistics / "tx_bytes").is_file():
                 raise SourceError(f"unknown interface {interface!r}: no {statistics}/tx_bytes")
-            rate = self.line_rate_bytes_per_second or interface_line_rate(
+            rate = self._overrides().get(interface) or interface_line_rate(
                 self.sysfs_root, interface
             )
             ports.append(PortSpec(interface, 1, rate or 0))
@@ -59,13 +92,26 @@ class NetdevSource(FileCounterSource):
         self.ports = tuple(ports)
         self._files = tuple(files)
 
+    def _overrides(self) -> dict[str, int]:
+        rates = dict(self.line_rates)
+        if self.line_rate_bytes_per_second is not None:
+            for interface in self.interfaces:
+                rates.setdefault(interface, self.line_rate_bytes_per_second)
+        return rates
+
     def slow_sources(self, with_ethtool: bool = True) -> list[SlowSource]:
-        """The ethtool statistics of each interface (PFC pause counters where the NIC has them)."""
-        if not with_ethtool:
-            return []
-        return [EthtoolSource(interface) for interface in self.interfaces]
+        """The speed of each interface, and its ethtool statistics (PFC pause counters where
+        the NIC has them)."""
+        sources: list[SlowSource] = [
+            NetdevRateSource(self.interfaces, self.sysfs_root, self._overrides())
+        ]
+        if with_ethtool:
+            sources += [EthtoolSource(interface) for interface in self.interfaces]
+        return sources
 
 
 def from_spec(argument: str | None, options: SourceOptions) -> NetdevSource:
     interfaces = tuple((argument or "").split(","))
-    return NetdevSource(interfaces, options.sysfs_root, options.line_rate_bytes_per_second)
+    return NetdevSource(
+        interfaces, options.sysfs_root, options.line_rate_bytes_per_second, options.line_rates
+    )

@@ -10,7 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from collector.discovery import InfiniBandPort, parse_rate, parse_state
+from collector.discovery import (
+    PORT_COUNTER_WIDTHS,
+    InfiniBandPort,
+    parse_link_rate,
+    parse_state,
+)
 from collector.sources.base import SlowReading
 from collector.sources.slow_files import SlowFile, SlowFiles
 from detectors.counters import CounterKind, CounterSpec
@@ -20,34 +25,21 @@ def _saturating(width_bits: int) -> CounterSpec:
     return CounterSpec(CounterKind.SATURATING, width_bits)
 
 
-# IBA PortCounters widths (drivers/infiniband/core/sysfs.c PORT_PMA_ATTR). They stop at
-# all-ones instead of wrapping (IBA 1.8 s16.1.3.5) until a PMA Set or
-# OpenSM's PerfMgr clears them, which reads as a decrease: a reset.
+# IBA PortCounters: they stop at all-ones instead of wrapping (IBA 1.8 s16.1.3.5) until a
+# PMA Set or OpenSM's PerfMgr clears them, which reads as a decrease: a reset. Widths from
+# drivers/infiniband/core/sysfs.c PORT_PMA_ATTR (collector.discovery.PORT_COUNTER_WIDTHS).
 PORT_COUNTER_SPECS: dict[str, CounterSpec] = {
-    "symbol_error": _saturating(16),
-    "link_error_recovery": _saturating(8),
-    "link_downed": _saturating(8),
-    "port_rcv_errors": _saturating(16),
-    "port_rcv_remote_physical_errors": _saturating(16),
-    "port_rcv_switch_relay_errors": _saturating(16),
-    "port_xmit_discards": _saturating(16),
-    "port_xmit_constraint_errors": _saturating(8),
-    "port_rcv_constraint_errors": _saturating(8),
-    "local_link_integrity_errors": _saturating(4),
-    "excessive_buffer_overrun_errors": _saturating(4),
-    "VL15_dropped": _saturating(16),
-    # Ticks with data queued and nothing sent; the tick length varies by generation.
-    "port_xmit_wait": _saturating(32),
+    name: _saturating(width) for name, width in PORT_COUNTER_WIDTHS.items()
 }
 
 # Gauges, re-read every poll: state follows the netdev carrier on RoCE and the rate
 # changes after a renegotiation. Values: state and phys_state ids ("4: ACTIVE" -> 4).
 GAUGE_FILES = {"state": "state", "phys_state": "phys_state", "rate_bytes_per_second": "rate"}
+# Read from the rate file beside rate_bytes_per_second: the utilization denominator.
+DATA_RATE = "data_rate_bytes_per_second"
 
 
-def _parse_gauge(name: str, text: str) -> int | None:
-    if name == "rate_bytes_per_second":
-        return parse_rate(text)
+def _parse_state(text: str) -> int | None:
     state = parse_state(text)
     return state.id if state is not None else None
 
@@ -65,7 +57,10 @@ class PortCounterSource:
 
     ports: Sequence[InfiniBandPort]
     name: str = "port_slow"  # the exported source label, kept as operators know it
+    # The operator's data rate by device ([source.line_rates]): reported instead of the file's.
+    line_rates: dict[str, int] = field(default_factory=dict)
     _files: SlowFiles = field(default_factory=SlowFiles, init=False)
+    _link_layers: dict[tuple[str, int], str] = field(default_factory=dict, init=False)
 
     @property
     def read_errors(self) -> int:
@@ -77,6 +72,7 @@ class PortCounterSource:
 
     def open(self) -> None:
         files = []
+        self._link_layers = {(p.device, p.port): p.link_layer for p in self.ports}
         for port in self.ports:
             counters = port.path / "counters"
             for counter, spec in PORT_COUNTER_SPECS.items():
@@ -95,17 +91,41 @@ class PortCounterSource:
 
     def poll(self) -> list[SlowReading]:
         readings = []
+        data_rates: dict[tuple[str, int], int] = {}
         for index, file in enumerate(self._files.files):
             if file.counter is not None:
                 value = self._files.read_integer(index)
+            elif file.name == "rate_bytes_per_second":
+                value = self._rate(index, file, data_rates)
             else:
                 text = self._files.read(index)
-                value = None if text is None else _parse_gauge(file.name, text)
+                value = None if text is None else _parse_state(text)
                 if text is not None and value is None:
                     self._files.fail(file, f"reads {text[:40]!r}")
             if value is not None:
                 readings.append(SlowReading(file.device, file.port, file.name, value, file.counter))
+        for port in self.ports:
+            key = (port.device, port.port)
+            # The operator's rate wins; an unusable rate file reads 0: rate unknown now.
+            rate = self.line_rates.get(port.device, data_rates.get(key, 0))
+            readings.append(SlowReading(port.device, port.port, DATA_RATE, rate, None))
         return readings
+
+    def _rate(
+        self, index: int, file: SlowFile, data_rates: dict[tuple[str, int], int]
+    ) -> int | None:
+        # EINVAL (unknown width, rate_show in drivers/infiniband/core/sysfs.c) is counted by
+        # SlowFiles.read; a zero or unparsable text is counted here; the port carries on.
+        text = self._files.read(index)
+        if text is None:
+            return None
+        key = (file.device, file.port)
+        found = parse_link_rate(text, self._link_layers.get(key, "Unknown"))
+        if found is None:
+            self._files.fail(file, f"reads {text[:40]!r}, no usable line rate")
+            return None
+        data_rates[key] = found.data_bytes_per_second
+        return found.bytes_per_second
 
     def close(self) -> None:
         self._files.close()

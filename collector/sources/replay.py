@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from collector.discovery import DeviceInfo
 from collector.sources.base import (
     STATUS_MISSING,
     STATUS_OK,
@@ -28,6 +29,7 @@ from collector.sources.base import (
     SlowSource,
     SourceError,
     SourceOptions,
+    UnsampledPort,
 )
 from collector.trace import PortSamples, SlowSeries, TraceError, read_samples, read_slow, slow_files
 
@@ -88,12 +90,28 @@ def _trace_ports(path: Path) -> tuple[tuple[PortSpec, ...], int]:
 class ReplaySource:
     """Plays a trace back; the trace's first sample lines up with open()."""
 
-    def __init__(self, path: Path, line_rate_bytes_per_second: int | None = None) -> None:
+    unsampled: tuple[UnsampledPort, ...] = ()
+    devices: tuple[DeviceInfo, ...] = ()
+
+    def __init__(
+        self,
+        path: Path,
+        line_rate_bytes_per_second: int | None = None,
+        line_rates: tuple[tuple[str, int], ...] = (),
+    ) -> None:
         self.path = path
         self.name = "replay"
         ports, self._first_ns = _trace_ports(path)
-        if line_rate_bytes_per_second is not None:
-            ports = tuple(PortSpec(p.device, p.port, line_rate_bytes_per_second) for p in ports)
+        rates = dict(line_rates)
+        if line_rate_bytes_per_second is not None or rates:
+            ports = tuple(
+                PortSpec(
+                    p.device,
+                    p.port,
+                    rates.get(p.device, line_rate_bytes_per_second or p.line_rate_bytes_per_second),
+                )
+                for p in ports
+            )
         self.ports = ports
         self._cursors: list[_PortCursor] = []
         self._queue: deque[PortSamples] = deque()
@@ -226,4 +244,4 @@ class ReplaySlowSource:
 def from_spec(argument: str | None, options: SourceOptions) -> ReplaySource:
     if not argument:
         raise SourceError("replay needs a trace: replay:PATH")
-    return ReplaySource(Path(argument), options.line_rate_bytes_per_second)
+    return ReplaySource(Path(argument), options.line_rate_bytes_per_second, options.line_rates)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from collector.discovery import DATA_COUNTER_OCTETS
+from collector.discovery import DATA_COUNTER_OCTETS, DeviceInfo
 from collector.simulation.congestion import SATURATED, congestion_counters
 from collector.simulation.cursor import CounterCursor
 from collector.simulation.model import Schedule, TrafficModel
@@ -29,6 +29,7 @@ from collector.sources.base import (
     SlowSource,
     SourceError,
     SourceOptions,
+    UnsampledPort,
 )
 from collector.sources.hw_counters import hw_counter_spec
 from collector.sources.port_counters import PORT_COUNTER_SPECS
@@ -47,8 +48,11 @@ class SimSource:
     profile: str = DEFAULT_PROFILE
     seed: int = 0
     zero_monotonic_ns: int = field(default_factory=time.monotonic_ns)
+    line_rates: tuple[tuple[str, int], ...] = ()  # the operator's, by device
     name: str = field(init=False)
     ports: tuple[PortSpec, ...] = field(init=False)
+    unsampled: tuple[UnsampledPort, ...] = ()
+    devices: tuple[DeviceInfo, ...] = ()
     _cursor: CounterCursor | None = field(init=False, default=None, repr=False)
     _next_status: list[int] = field(init=False, repr=False)
 
@@ -58,7 +62,11 @@ class SimSource:
         except ValueError as exc:
             raise SourceError(str(exc)) from None
         self.name = f"sim:{self.profile}"
-        self.ports = tuple(PortSpec(p.device, p.port, p.line_rate_bytes_per_second) for p in PORTS)
+        rates = dict(self.line_rates)
+        self.ports = tuple(
+            PortSpec(p.device, p.port, rates.get(p.device, p.line_rate_bytes_per_second))
+            for p in PORTS
+        )
         self._next_status = [STATUS_REBASELINE] * len(PORTS)
 
     def __getstate__(self) -> dict[str, object]:
@@ -103,7 +111,7 @@ class SimSource:
     def slow_sources(self, with_ethtool: bool = True) -> list[SlowSource]:
         """The simulated node's congestion counters, on the same model and clock."""
         del with_ethtool  # nothing here asks the running kernel
-        return [SimSlowSource(self.profile, self.seed, self.zero_monotonic_ns)]
+        return [SimSlowSource(self.profile, self.seed, self.zero_monotonic_ns, self.line_rates)]
 
     def schedule(self, start_monotonic_ns: int, end_monotonic_ns: int) -> Schedule:
         """Ground-truth bursts starting in [start, end), in CLOCK_MONOTONIC ns.
@@ -125,14 +133,17 @@ class SimSource:
 
 
 def sim_slow_readings(
-    port: SimPort, transmit_saturated_ms: float, receive_saturated_ms: float
+    port: SimPort,
+    transmit_saturated_ms: float,
+    receive_saturated_ms: float,
+    data_rate: int | None = None,
 ) -> list[SlowReading]:
     """What the simulated port's slow sources read after this much saturated time."""
+    rate = port.line_rate_bytes_per_second
     readings = [
         SlowReading(port.device, port.port, "state", 4, None),
-        SlowReading(
-            port.device, port.port, "rate_bytes_per_second", port.line_rate_bytes_per_second, None
-        ),
+        SlowReading(port.device, port.port, "rate_bytes_per_second", rate, None),
+        SlowReading(port.device, port.port, "data_rate_bytes_per_second", data_rate or rate, None),
     ]
     for name, value in congestion_counters(transmit_saturated_ms, receive_saturated_ms).items():
         spec = PORT_COUNTER_SPECS.get(name) or hw_counter_spec(name)
@@ -152,6 +163,7 @@ class SimSlowSource:
     profile: str = DEFAULT_PROFILE
     seed: int = 0
     zero_monotonic_ns: int = field(default_factory=time.monotonic_ns)
+    line_rates: tuple[tuple[str, int], ...] = ()
     name: str = "sim-slow"
     _model: TrafficModel | None = field(init=False, default=None, repr=False)
     _last_ns: int = field(init=False, default=0)
@@ -181,7 +193,8 @@ class SimSlowSource:
         readings = []
         for index, port in enumerate(PORTS):
             sent, received = self._saturated_ms[index]
-            readings += sim_slow_readings(port, float(sent), float(received))
+            override = dict(self.line_rates).get(port.device)
+            readings += sim_slow_readings(port, float(sent), float(received), override)
         return readings
 
     def close(self) -> None:
@@ -190,10 +203,9 @@ class SimSlowSource:
 
 def from_spec(argument: str | None, options: SourceOptions) -> SimSource:
     """``sim``, ``sim:PROFILE`` or ``sim:PROFILE:SEED``."""
-    del options  # the simulated ports have fixed names and line rates
     profile, _, seed_text = (argument or DEFAULT_PROFILE).partition(":")
     try:
         seed = int(seed_text) if seed_text else 0
     except ValueError:
         raise SourceError(f"sim seed {seed_text!r} is not an integer") from None
-    return SimSource(profile or DEFAULT_PROFILE, seed)
+    return SimSource(profile or DEFAULT_PROFILE, seed, line_rates=options.line_rates)

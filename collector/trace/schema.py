@@ -110,7 +110,7 @@ class PortColumns:
 
     device: str
     port: int
-    line_rate_bytes_per_second: int
+    line_rate_bytes_per_second: int | npt.NDArray[np.int64]  # one for all rows, or per row
     timestamp_ns: npt.NDArray[np.int64]
     xmit_bytes: npt.NDArray[np.uint64]
     rcv_bytes: npt.NDArray[np.uint64]

@@ -151,7 +151,9 @@ def _batch(port: PortColumns) -> pa.RecordBatch:
             pa.array(port.xmit_bytes, type=pa.uint64()),
             pa.array(port.rcv_bytes, type=pa.uint64()),
             pa.array(port.read_ns, type=pa.int64()),
-            pa.array(np.full(count, port.line_rate_bytes_per_second, dtype=np.int64)),
+            pa.array(
+                np.broadcast_to(np.asarray(port.line_rate_bytes_per_second, np.int64), (count,))
+            ),
             pa.array(port.rebaseline, type=pa.bool_()),
         ],
         schema=SCHEMA,
