@@ -29,7 +29,10 @@ from detectors.congestion import CONGESTION_PACKET_COUNTERS
 from detectors.counters import CounterKind
 from detectors.live import BURST_DURATION_BUCKETS_SECONDS, UTILIZATION_BUCKETS
 
-PEAK_WINDOWS = (("15s", 15_000_000_000), ("60s", 60_000_000_000))
+# One trailing window: a 60 s peak is max_over_time of this one over 60 s at any scrape
+# interval up to 15 s, and its two series make room for phys_state and PFC durations
+# within a port's 60 series.
+PEAK_WINDOWS = (("15s", 15_000_000_000),)
 PORT = ("device", "port")
 PORT_DIRECTION = ("device", "port", "direction")
 
@@ -41,30 +44,33 @@ HELP: dict[str, str] = {
     "divided by, in force now: the sysfs rate re-read every second, after line encoding "
     "(8b/10b for SDR/DDR/QDR, 64b/66b at 14.0625 Gbaud for FDR), class/net/IF/speed for "
     "netdev, or the configured [source.line_rates]. Absent while unknown.",
-    "burstscope_port_rate_bytes_per_second": "The port's rate as the kernel prints it (sysfs "
-    "rate, as node_exporter's node_infiniband_rate_bytes_per_second), re-read every second.",
     "burstscope_port_rate_changes_total": "Times the line rate in force changed (a "
-    "renegotiated link); utilization uses the new rate from the next sample on.",
-    "burstscope_port_resolution_seconds": "Finest honest sample interval of the port: the "
-    "sampling interval, or the kernel's cache lifetime for hw_counters (lifespan) when longer.",
+    "renegotiated link); utilization uses the new rate from the next sample on. Present "
+    "from the first change (the series budget of a port has no room for a constant 0).",
+    "burstscope_port_resolution_seconds": "Finest honest sample interval of a port read "
+    "slower than the sampling interval: the kernel caches hw_counters for their lifespan "
+    "(bnxt_re firmware refreshes its bytes once a second). Absent where every tick is read.",
     "burstscope_port_not_sampled": "A port kept without sampling its bytes (value 1), with "
     "the reason: no readable byte counter (N/A (no PMA), no counters/, rxe).",
     "burstscope_port_physical_state": "Physical port state number (phys_state: 2 Polling, "
     "3 Disabled, 5 LinkUp, 6 LinkErrorRecovery).",
-    "burstscope_port_counter_saturated": "1 while a PortCounter reads all-ones (IBA: it "
-    "stops there instead of wrapping): its value is a lower bound and it no longer counts.",
+    "burstscope_port_stuck_at_all_ones": "1 while the PortCounter named by the counter label "
+    "reads all-ones (IBA: it stops there instead of wrapping): its value is a lower bound and "
+    "it no longer counts. Present only while stuck.",
     "burstscope_port_rdma_bytes_total": "EFA RDMA read and write bytes by kernel name "
     "(hw_counters rdma_read_bytes, rdma_write_bytes, rdma_read_resp_bytes, "
     "rdma_write_recv_bytes).",
-    "burstscope_port_pfc_pause_seconds_total": "Time paused by PFC per priority and direction "
-    "(ethtool {rx,tx}_prio<N>_pause_duration, microseconds), for priorities that paused.",
+    "burstscope_port_pfc_pause_seconds_total": "Time the port was paused by its peer, per "
+    "PFC priority (ethtool rx_prio<N>_pause_duration, microseconds), for priorities that "
+    "have paused.",
     "burstscope_device_info": "RDMA device attributes (value 1), as node_exporter's "
     "node_infiniband_info: board_id, fw_ver, hca_type.",
     "burstscope_port_utilization_ratio": "Per-sample utilization (bytes per second over "
     "line rate, one observation per sampling interval, 1 ms by default): 1 - "
     'bucket{le="0.9"}/count is the share of milliseconds at or above 90%.',
     "burstscope_port_peak_utilization_ratio": "Highest per-sample utilization in the "
-    "trailing window named by the window label (15 s or 60 s, resolved to 100 ms).",
+    "trailing window named by the window label (15 s, resolved to 100 ms; for 60 s take "
+    "max_over_time over 60 s).",
     "burstscope_port_bursts_total": "Bursts that ended: maximal runs of samples above the "
     "burst threshold (50% of line rate by default, after Zhang et al., IMC 2017).",
     "burstscope_port_burst_bytes_total": "Bytes carried inside bursts that ended.",
@@ -87,7 +93,7 @@ HELP: dict[str, str] = {
     "8-bit, stops at 255), the kernel's cumulative value.",
     "burstscope_port_errors_total": "Link error PortCounters by kernel name (symbol_error, "
     "link_error_recovery, port_rcv_errors, port_xmit_discards), the kernel's cumulative "
-    "values; they stop at all-ones (burstscope_port_counter_saturated).",
+    "values; they stop at all-ones (burstscope_port_stuck_at_all_ones).",
     "burstscope_port_transmit_wait_total": "Ticks with data queued but nothing sent "
     "(counters/port_xmit_wait, cumulative, 32-bit, stops at 4294967295; tick length varies "
     "by HCA generation: compare, don't add).",
@@ -136,9 +142,10 @@ _ERROR_COUNTERS = (
 )
 # mlx5 exports pause counters only for PFC-enabled priorities (mlx5 counters.rst).
 _PFC = re.compile(r"^(rx|tx)_prio(\d)_pause$")
-# Pause durations in microseconds (mlx5 counters.rst {rx,tx}_prio<p>_pause_duration):
-# exported only for priorities that have paused, to keep a RoCE port under 60 series.
-_PFC_DURATION = re.compile(r"^(rx|tx)_prio(\d)_pause_duration$")
+# Pause durations in microseconds (mlx5 counters.rst rx_prio<p>_pause_duration): the time
+# this port was stopped by its peer, the back-pressure on its bursts. Only priorities that
+# have paused, and only received pauses, to keep a RoCE port under 60 series.
+_PFC_DURATION = re.compile(r"^rx_prio(\d)_pause_duration$")
 # EFA's RDMA byte counters (drivers/infiniband/hw/efa/efa_verbs.c EFA_DEFINE_PORT_STATS).
 _RDMA_BYTES = (
     "rdma_read_bytes",
@@ -233,7 +240,8 @@ class BurstscopeCollector(Collector):
             known = rate > 0
             if known:
                 out.gauge("burstscope_port_line_rate_bytes_per_second", PORT, key, rate)
-            out.gauge("burstscope_port_resolution_seconds", PORT, key, port.resolution_ns / 1e9)
+            if port.resolution_ns > snap.health.interval_ns:
+                out.gauge("burstscope_port_resolution_seconds", PORT, key, port.resolution_ns / 1e9)
             resets = 0
             for direction in DIRECTIONS:
                 view = port.directions[direction]
@@ -299,7 +307,8 @@ class BurstscopeCollector(Collector):
                     [*key, counter, reason],
                     count,
                 )
-            out.counter("burstscope_port_rate_changes_total", PORT, key, port.rate_changes)
+            if port.rate_changes:
+                out.counter("burstscope_port_rate_changes_total", PORT, key, port.rate_changes)
         for kept in snap.unsampled:
             out.gauge(
                 "burstscope_port_not_sampled",
@@ -326,8 +335,8 @@ class BurstscopeCollector(Collector):
                 [device, str(port), name, reason],
                 count,
             )
-        counters = snap.slow.counters
-        for state in sorted(counters.values(), key=_order):
+        unsampled = {(kept.device, kept.port) for kept in snap.unsampled}
+        for state in sorted(snap.slow.counters.values(), key=_order):
             key = [state.device, str(state.port)]
             name = state.name
             # The kernel's cumulative value, as node_exporter and perfquery show it;
@@ -337,8 +346,10 @@ class BurstscopeCollector(Collector):
                 out.gauge("burstscope_port_state", PORT, key, state.value)
             elif name == "phys_state":
                 out.gauge("burstscope_port_physical_state", PORT, key, state.value)
-            elif name == "rate_bytes_per_second":
-                out.gauge("burstscope_port_rate_bytes_per_second", PORT, key, state.value)
+            elif name == "data_rate_bytes_per_second" and (state.device, state.port) in unsampled:
+                # A port kept without sampling still shows its line rate (the data rate).
+                if state.value > 0:
+                    out.gauge("burstscope_port_line_rate_bytes_per_second", PORT, key, state.value)
             elif name == "link_downed":
                 out.counter("burstscope_port_link_downed_total", PORT, key, value)
             elif name == "port_xmit_wait":
@@ -365,24 +376,14 @@ class BurstscopeCollector(Collector):
                     value,
                 )
             elif (match := _PFC_DURATION.match(name)) is not None and value > 0:
-                direction = "receive" if match.group(1) == "rx" else "transmit"
                 out.counter(
                     "burstscope_port_pfc_pause_seconds_total",
-                    (*PORT_DIRECTION, "priority"),
-                    [*key, direction, match.group(2)],
+                    (*PORT, "priority"),
+                    [*key, match.group(1)],
                     value / 1e6,
                 )
-            if (
-                name in _SATURATING
-                and state.increment is not None
-                and (name in _ERROR_COUNTERS or name in ("link_downed", "port_xmit_wait"))
-            ):
-                out.gauge(
-                    "burstscope_port_counter_saturated",
-                    (*PORT, "counter"),
-                    [*key, name],
-                    1.0 if state.saturated else 0.0,
-                )
+            if name in _SATURATING and state.saturated:
+                out.gauge("burstscope_port_stuck_at_all_ones", (*PORT, "counter"), [*key, name], 1)
 
     @staticmethod
     def _health(out: _Families, snap: Snapshot) -> None:

@@ -252,9 +252,18 @@ def test_bad_agent_input(args: list[str], fragments: list[str]) -> None:
     assert_usage_error(result, *fragments)
 
 
-def test_unknown_line_rate_is_refused() -> None:
-    result = burstscope("agent", "--source", "netdev:lo", "--listen", f"127.0.0.1:{free_port()}")
-    assert_usage_error(result, "line rate of lo port 1 is unknown", "--line-rate")
+def test_unknown_line_rate_is_sampled_and_says_how_to_set_it() -> None:
+    """lo has no speed: the agent samples it all the same and says how to give a rate."""
+    agent = RunningAgent("--source", "netdev:lo")
+    try:
+        body = agent.wait_ready()
+        assert 'burstscope_port_data_bytes_total{device="lo",direction="transmit"' in body
+        assert 'burstscope_port_utilization_ratio_count{device="lo"' not in body
+    finally:
+        status, _, stderr = agent.stop()
+    assert status == 0
+    assert "lo port 1: line rate unknown" in stderr
+    assert "--line-rate-for DEVICE=GBITS" in stderr
 
 
 def test_check_config(tmp_path: Path) -> None:

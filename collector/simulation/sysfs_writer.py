@@ -126,6 +126,17 @@ class SysfsWriter:
             "hw_counters/np_ecn_marked_roce_packets",
         )
 
+    def set_rate(self, index: int, text: str) -> None:
+        """A renegotiated link: the port's ``rate`` rewritten in place, as rate_show would now
+        print it (drivers/infiniband/core/sysfs.c), e.g. "200 Gb/sec (4X HDR)"."""
+        fd = os.open(self.port_path(index) / "rate", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            data = f"{text}\n".encode()
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
+
     def _put(self, index: int, name: str, value: int) -> None:
         file = self._files[(index, name)]
         text = f"{value}\n"
