@@ -11,12 +11,27 @@ import numpy.typing as npt
 from detectors.bursts import Bursts, BurstStats, BurstTracker
 from detectors.config import NS_PER_SECOND, Thresholds, nominal_interval_ns
 from detectors.counters import RESETTING_64, counter_deltas
-from detectors.distributions import utilization_bins
-from detectors.scales import Distribution, Intervals, ScaleStats, Windows, WindowScale
+from detectors.distributions import UTILIZATION_BINS
+from detectors.scales import (
+    Distribution,
+    Intervals,
+    ScaleStats,
+    Windows,
+    WindowScale,
+    advance_scales,
+)
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
+
+# Per-sample work arrays of up to this many samples are kept and reused by an analyzer:
+# a fresh array above glibc's mmap threshold (128 KiB) is fresh pages, and faulting them
+# in cost more than the arithmetic on them (measured: 6 ns vs 0.4 ns a sample).
+SCRATCH_LIMIT = 1 << 16
+# Independent counters for the finest histogram: samples of one level fall in one bin, and
+# bincount's increments of one counter wait on each other (measured 2.4 vs 1.2 ns a sample).
+HISTOGRAM_LANES = 4
 
 # analyze() feeds the streaming path in blocks this size: results are identical whatever
 # the block size. 64 Ki samples keep every temporary at 512 KiB: measured 3x faster than
@@ -111,6 +126,19 @@ class _Counts:
     hidden_ns: int = 0
 
 
+class _Scratch:
+    """Work arrays reused from one feed to the next; nothing in them outlives a feed."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.duration = np.empty(size, dtype=np.int64)
+        self.raw = np.empty(size, dtype=np.uint64)
+        self.bytes_after = np.empty(size, dtype=np.int64)
+        self.scaled = np.empty(size, dtype=np.float64)
+        self.index = np.empty(size, dtype=np.intp)
+        self.lanes = np.arange(size, dtype=np.intp) % HISTOGRAM_LANES
+
+
 @dataclass(slots=True)
 class _Carry:
     """The last sample of the previous chunk and the running integer sums."""
@@ -156,12 +184,6 @@ class DirectionAnalyzer:
             WindowScale(length, self._scale, Distribution(t.idle, t.busy))
             for length in t.window_scales(self.finest_interval_ns)
         ]
-        # A coarser scale need only look where the finer one crossed a boundary when its
-        # length is a multiple of the finer one's.
-        self._nested = [False] + [
-            b.length_ns % a.length_ns == 0
-            for a, b in zip(self._windows, self._windows[1:], strict=False)
-        ]
         self._coarse = next(w for w in self._windows if w.length_ns == t.coarse_window_ns)
         self._bursts = BurstTracker(t.burst, self._scale)
         self._kept_bursts: list[Bursts] = []
@@ -170,6 +192,7 @@ class DirectionAnalyzer:
         self._retention = saturated_second_retention
         self._saturated_seconds: deque[int] = deque()
         self._finished = False
+        self._scratch: _Scratch | None = None
 
     # Running totals an exporter reads at scrape time, without recomputation.
     @property
@@ -273,53 +296,90 @@ class DirectionAnalyzer:
             return _empty_chunk()
         carry = self._carry
         t = self.thresholds
-        start = np.empty(n, dtype=np.int64)
-        start[0] = end[0] if carry.timestamp_ns is None else carry.timestamp_ns
-        start[1:] = end[:-1]
-        duration = end - start
-        if int(duration.min()) < 0:
+        first_start = int(end[0]) if carry.timestamp_ns is None else carry.timestamp_ns
+        scratch = self._scratch_for(n)
+        duration = np.empty(n, dtype=np.int64) if scratch is None else scratch.duration[:n]
+        duration[0] = int(end[0]) - first_start
+        np.subtract(end[1:], end[:-1], out=duration[1:])
+        shortest = int(duration.min())
+        if shortest < 0:
             raise ValueError("timestamps go backwards")
-        deltas = counter_deltas(carry.cumulative_bytes, values, RESETTING_64, rebaseline)
-        valid = deltas.valid & (duration > 0)
-        long = duration > t.max_gap_ns
-        gaps = int(np.count_nonzero(long))
-        if gaps:
-            valid &= ~long
-        delta = deltas.delta if bool(valid.all()) else np.where(valid, deltas.delta, 0)
-        covered = duration if bool(valid.all()) else np.where(valid, duration, 0)
+        marks = None if rebaseline is None else np.asarray(rebaseline, dtype=np.bool_)
+        rebaselines = 0 if marks is None else int(np.count_nonzero(marks))
+        delta = None
+        if (
+            carry.cumulative_bytes is not None
+            and rebaselines == 0
+            and shortest > 0
+            and int(duration.max()) <= t.max_gap_ns
+        ):
+            # The usual chunk: every interval a measurement. A decrease (or an increase of
+            # 2**63 or more) shows as a negative difference and takes the general path,
+            # which gives the identical result for every chunk.
+            raw = np.empty(n, dtype=np.uint64) if scratch is None else scratch.raw[:n]
+            before = np.array([carry.cumulative_bytes], dtype=np.uint64)
+            np.subtract(values[:1], before, out=raw[:1])  # arrays wrap without a warning
+            np.subtract(values[1:], values[:-1], out=raw[1:])
+            signed = raw.view(np.int64)
+            if int(signed.min()) >= 0:
+                delta = signed
+        if delta is not None:
+            valid = np.ones(n, dtype=np.bool_)
+            resets = gaps = invalid = 0
+            # duration >= 1 here, so this is the general path's arithmetic exactly.
+            if scratch is None:
+                utilization = delta * self._scale / duration
+            else:  # the same two operations, the product in reused memory
+                scaled = np.multiply(delta, self._scale, out=scratch.scaled[:n])
+                utilization = np.divide(scaled, duration)
+            covered_after = None
+        else:
+            deltas = counter_deltas(carry.cumulative_bytes, values, RESETTING_64, marks)
+            resets = deltas.resets
+            valid = deltas.valid & (duration > 0)
+            long = duration > t.max_gap_ns
+            gaps = int(np.count_nonzero(long))
+            if gaps:
+                valid &= ~long
+            every = bool(valid.all())
+            delta = deltas.delta if every else np.where(valid, deltas.delta, 0)
+            covered = duration if every else np.where(valid, duration, 0)
+            utilization = delta * self._scale / np.maximum(duration, 1)
+            covered_after = np.cumsum(covered)
+            covered_after += carry.covered_ns
+            invalid = n - int(np.count_nonzero(valid))
 
-        utilization = delta * self._scale / np.maximum(duration, 1)
-        clipped = int(np.count_nonzero(utilization > 1.0))
-        if clipped:
+        peak = float(utilization.max())
+        clipped = 0
+        if peak > 1.0:
+            clipped = int(np.count_nonzero(utilization > 1.0))
             np.minimum(utilization, 1.0, out=utilization)
+            peak = 1.0
 
-        bytes_after = np.cumsum(delta)
+        bytes_after = np.cumsum(delta, out=None if scratch is None else scratch.bytes_after[:n])
         bytes_after += carry.bytes_total
-        covered_after = np.cumsum(covered)
-        covered_after += carry.covered_ns
         intervals = Intervals(
-            start_ns=start,
+            first_start_ns=first_start,
             end_ns=end,
             delta=delta,
             duration_ns=duration,
             valid=valid,
-            bytes_before=bytes_after - delta,
-            covered_before=covered_after - covered,
+            all_valid=invalid == 0,
+            bytes_after=bytes_after,
+            covered_after=covered_after,
+            covered_start=carry.covered_ns,
         )
 
-        invalid = n - int(np.count_nonzero(valid))
-        self._add_finest(utilization, invalid)
+        self._add_finest(utilization, invalid, peak, scratch)
         self._track_saturation(intervals, utilization)
 
-        closed = self._bursts.feed(start, end, delta, intervals.bytes_before, utilization)
+        closed = self._bursts.feed(intervals, utilization)
         if self.keep_bursts and len(closed):
             self._kept_bursts.append(closed)
 
         windows: dict[str, Windows] = {}
-        candidates: I64 | None = None
-        for scale, nested in zip(self._windows, self._nested, strict=True):
-            closed_windows, holding = scale.advance(intervals, candidates if nested else None)
-            candidates = holding
+        advanced = advance_scales(self._windows, intervals)
+        for scale, closed_windows in zip(self._windows, advanced, strict=True):
             if closed_windows.end_ns.size:
                 windows[scale.key] = closed_windows
                 if scale is self._coarse:
@@ -328,18 +388,21 @@ class DirectionAnalyzer:
         counts = self._counts
         counts.samples += n
         counts.valid += n - invalid
-        counts.resets += deltas.resets
+        counts.resets += resets
         counts.gaps += gaps
         counts.clipped += clipped
-        if rebaseline is not None:
-            counts.rebaselines += int(np.count_nonzero(rebaseline))
+        counts.rebaselines += rebaselines
         if carry.first_ns is None:
             carry.first_ns = int(end[0])
         carry.timestamp_ns = int(end[-1])
         carry.cumulative_bytes = int(values[-1])
         carry.busy_ns += float(bytes_after[-1] - carry.bytes_total) * self._scale
         carry.bytes_total = int(bytes_after[-1])
-        carry.covered_ns = int(covered_after[-1])
+        carry.covered_ns = (
+            carry.covered_ns + int(end[-1]) - first_start
+            if covered_after is None
+            else int(covered_after[-1])
+        )
         return Chunk(end, utilization, valid, closed, windows)
 
     def finish(self) -> Chunk:
@@ -388,26 +451,35 @@ class DirectionAnalyzer:
             busy_ns=carry.busy_ns if carry.rate_changed else None,
         )
 
-    def _add_finest(self, utilization: F64, invalid: int) -> None:
+    def _scratch_for(self, n: int) -> _Scratch | None:
+        if n > SCRATCH_LIMIT:
+            return None
+        if self._scratch is None or self._scratch.size < n:
+            self._scratch = _Scratch(n)
+        return self._scratch
+
+    def _add_finest(
+        self, utilization: F64, invalid: int, peak: float, scratch: _Scratch | None
+    ) -> None:
         # Invalid samples carry utilization 0: count everything, then take them out of
         # bin 0 and the idle count rather than compressing the array first.
         finest = self._finest
         valid_count = int(utilization.size) - invalid
         if valid_count == 0:
             return
-        histogram = utilization_bins(utilization)
+        histogram = _finest_bins(utilization, scratch)
         histogram[0] -= invalid
         finest.histogram += histogram
         finest.count += valid_count
-        finest.maximum = max(finest.maximum, float(utilization.max()))
+        finest.maximum = max(finest.maximum, peak)
         finest.idle += int(np.count_nonzero(utilization < finest.idle_threshold)) - invalid
         finest.busy += int(np.count_nonzero(utilization > finest.busy_threshold))
 
     def _track_saturation(self, intervals: Intervals, utilization: F64) -> None:
-        saturated = utilization >= self.thresholds.saturated
-        if not saturated.any():
+        saturated = np.flatnonzero(utilization >= self.thresholds.saturated)
+        if saturated.size == 0:
             return
-        start = intervals.start_ns[saturated]
+        start = intervals.start_at(saturated)
         end = intervals.end_ns[saturated]
         duration = intervals.duration_ns[saturated]
         self._counts.saturated_ns += int(duration.sum())
@@ -446,6 +518,24 @@ class DirectionAnalyzer:
             saturated = pending.pop(window_end, 0)
             if saturated and value < busy:
                 self._counts.hidden_ns += saturated
+
+
+def _finest_bins(utilization: F64, scratch: _Scratch | None) -> I64:
+    """distributions.utilization_bins, in reused memory and with HISTOGRAM_LANES counters."""
+    n = int(utilization.size)
+    if scratch is None:
+        scratch = _Scratch(n)
+    scaled = np.multiply(utilization, UTILIZATION_BINS, out=scratch.scaled[:n])
+    index = scratch.index[:n]
+    index[...] = scaled  # truncation, as astype
+    index *= HISTOGRAM_LANES
+    index += scratch.lanes[:n]
+    counts = np.bincount(index, minlength=(UTILIZATION_BINS + 1) * HISTOGRAM_LANES)
+    per_bin = counts.reshape(UTILIZATION_BINS + 1, HISTOGRAM_LANES).sum(axis=1)
+    # Exactly 1.0 belongs to the last bin, [0.999, 1.0].
+    per_bin[UTILIZATION_BINS - 1] += per_bin[UTILIZATION_BINS]
+    result: I64 = per_bin[:UTILIZATION_BINS].astype(np.int64, copy=False)
+    return result
 
 
 def _empty_chunk() -> Chunk:

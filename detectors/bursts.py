@@ -8,6 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.distributions import DURATION_BINS, duration_bins, duration_quantile
+from detectors.scales import Intervals
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -107,25 +108,23 @@ class BurstTracker:
     previous_start_ns: int | None = None
     open: _OpenBurst | None = None
 
-    def feed(
-        self,
-        start_ns: I64,
-        end_ns: I64,
-        delta: I64,
-        bytes_before: I64,
-        utilization: F64,
-    ) -> Bursts:
+    def feed(self, intervals: Intervals, utilization: F64) -> Bursts:
         """Bursts closed by this chunk. Invalid samples have utilization 0, so they end runs."""
         above = utilization > self.threshold
         if not above.any():
             return self._close_open() if self.open is not None else Bursts.empty()
-        edges = np.diff(above.view(np.int8), prepend=np.int8(0), append=np.int8(0))
-        first = np.flatnonzero(edges == 1)
-        stop = np.flatnonzero(edges == -1)  # exclusive
+        # Run edges from the changes between neighbours: a pass over bytes, not int8 diffs.
+        changes = np.flatnonzero(above[1:] != above[:-1]) + 1
+        if above[0]:
+            changes = np.concatenate(([0], changes))
+        if above[-1]:
+            changes = np.concatenate((changes, [above.size]))
+        first = changes[0::2]
+        stop = changes[1::2]  # exclusive
         last = stop - 1
-        starts = start_ns[first]
-        ends = end_ns[last]
-        run_bytes = (bytes_before[last] + delta[last]) - bytes_before[first]
+        starts = intervals.start_at(first)
+        ends = intervals.end_ns[last]
+        run_bytes = intervals.bytes_after[last] - intervals.bytes_before_at(first)
         # Samples between runs sit at or below the threshold, so reducing from one run's
         # first sample to the next run's first sample gives the run's own peak.
         peaks = np.maximum.reduceat(utilization, first)

@@ -176,14 +176,16 @@ def _split_ports(
     device_code = device.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     port = batch.column("port").to_numpy(zero_copy_only=False).astype(np.int64)
     key = device_code << 32 | (port & 0xFFFFFFFF)
-    # Stable, so each port's rows keep their order in the file.
-    order = np.argsort(key, kind="stable")
-    key_sorted = key[order]
+    # Pieces written since the compact encoding hold each port's rows together: no sort.
+    # Otherwise a stable sort, so each port's rows keep their order in the file.
+    order = None if bool((key[1:] >= key[:-1]).all()) else np.argsort(key, kind="stable")
+    key_sorted = key if order is None else key[order]
     starts = np.flatnonzero(np.diff(key_sorted, prepend=key_sorted[0] - 1))
     stops = np.append(starts[1:], key_sorted.size)
 
     def column(name: str, dtype: type[np.generic]) -> npt.NDArray[Any]:
-        return np.asarray(batch.column(name).to_numpy(zero_copy_only=False), dtype=dtype)[order]
+        values = np.asarray(batch.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
+        return values if order is None else values[order]
 
     timestamp = column("timestamp_ns", np.int64)
     xmit = column("xmit_bytes", np.uint64)
@@ -197,7 +199,7 @@ def _split_ports(
     for first, stop in zip(starts.tolist(), stops.tolist(), strict=True):
         code = int(key_sorted[first])
         name = device_names[code >> 32]
-        number = int(port[order[first]])
+        number = int(port[first if order is None else order[first]])
         stamps = timestamp[first:stop]
         previous = latest.get((name, number))
         backwards = np.diff(stamps) < 0
