@@ -6,6 +6,7 @@ turn it into a table, JSON or a picture.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,19 +14,22 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from burstscope.cluster import Cluster, map_in
 from burstscope.errors import UsageError
 from collector.trace import (
     PortSamples,
     SlowSeries,
     TraceError,
+    TraceInfo,
     read_info,
     read_samples,
     read_slow,
 )
-from detectors.analyzer import Chunk, DirectionAnalyzer, Summary
+from detectors.analyzer import BATCH_BLOCK, Chunk, DirectionAnalyzer, Summary
 from detectors.bursts import Bursts
 from detectors.config import DIRECTIONS, NS_PER_SECOND, Thresholds, nominal_interval_ns, scale_key
 from detectors.congestion import CongestionShare, congestion_direction, congestion_share
+from detectors.fleet import FleetSynchrony, MillisecondRuns, fleet_synchrony, saturated_milliseconds
 from detectors.scales import peak_envelope
 from detectors.synchrony import Synchrony, synchrony
 
@@ -145,9 +149,67 @@ class PortReport:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeReport:
+    """One trace (one node), analysed where its file is read: what goes back to the client
+    is summaries (histograms, counts, bursts, saturated milliseconds), never samples."""
+
+    source: str  # the PATH argument
+    info: TraceInfo
+    ports: tuple[PortReport, ...]
+    synchrony: tuple[tuple[str, str, Synchrony], ...]
+    saturated: MillisecondRuns  # milliseconds in which any port ended a saturated sample
+
+    @property
+    def name(self) -> str:
+        return self.info.host or self.source
+
+
+@dataclass(frozen=True, slots=True)
+class NodeContrast:
+    """The 15 s vs 1 ms contrast of one node or the fleet, merged from port summaries."""
+
+    saturated_ns: int
+    saturated_ns_in_quiet_windows: int  # inside coarse windows under the busy threshold
+    finest_busy: int  # finest samples above busy, of finest_count
+    finest_count: int
+    coarse_busy: int  # coarse windows above busy, of coarse_count
+    coarse_count: int
+
+    @staticmethod
+    def of(summaries: list[Summary]) -> NodeContrast:
+        return NodeContrast(
+            sum(s.saturated_ns for s in summaries),
+            sum(s.saturated_ns_in_quiet_windows for s in summaries),
+            sum(s.finest.busy for s in summaries),
+            sum(s.finest.count for s in summaries),
+            sum(s.coarse.busy for s in summaries),
+            sum(s.coarse.count for s in summaries),
+        )
+
+    @property
+    def hidden_share(self) -> float | None:
+        """Share of saturated time a 15 s scrape shows as a window under 25%."""
+        if self.saturated_ns == 0:
+            return None
+        return self.saturated_ns_in_quiet_windows / self.saturated_ns
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """Many nodes' traces together: per node and fleet-wide contrast, cross-node synchrony."""
+
+    nodes: tuple[str, ...]
+    clock_offsets_ns: tuple[int | None, ...]  # as each trace recorded it
+    contrast: tuple[NodeContrast, ...]  # per node
+    total: NodeContrast
+    synchrony: FleetSynchrony
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     ports: tuple[PortReport, ...]
     synchrony: tuple[tuple[str, str, Synchrony], ...]  # (source, direction, matrix)
+    fleet: Fleet | None = None  # with two traces or more
 
 
 @dataclass(slots=True)
@@ -159,9 +221,14 @@ class _Direction:
     plot: PlotSeries = field(default_factory=PlotSeries)
     _parts: dict[str, list[Any]] = field(default_factory=dict)
     _zoom: _Zoom = field(default_factory=_Zoom)
+    saturated_ms: list[Any] = field(default_factory=list)
 
     def feed(self, timestamp: Any, values: Any, rebaseline: Any) -> None:
-        self._keep(self.analyzer.feed(timestamp, values, rebaseline))
+        chunk = self.analyzer.feed(timestamp, values, rebaseline)
+        saturated = chunk.utilization >= self.analyzer.thresholds.saturated
+        if saturated.any():
+            self.saturated_ms.append(saturated_milliseconds(chunk.timestamp_ns, saturated))
+        self._keep(chunk)
 
     def finish(self) -> None:
         self._keep(self.analyzer.finish())
@@ -207,6 +274,10 @@ class _Port:
         self.line_rate: int | None = None
         self.warnings: list[str] = []
         self.rate_warned = False
+        # Samples gathered into blocks of about BATCH_BLOCK before they reach the
+        # detectors: a 5 s piece is 5,000 samples, and a feed has a fixed cost.
+        self.buffer: list[PortSamples] = []
+        self.buffered = 0
 
     @property
     def label(self) -> str:
@@ -224,6 +295,7 @@ class _Port:
         if self.directions is None:
             self._start(final=True)
         assert self.directions is not None
+        self._flush()
         for direction in self.directions:
             direction.finish()
 
@@ -272,11 +344,13 @@ class _Port:
 
     def _feed(self, samples: PortSamples) -> None:
         """Each interval divided by the rate in force for it: the trace records the rate per
-        row, and a change (a renegotiated link) applies from the row that carries it."""
+        row, and a change (a renegotiated link) applies from the row that carries it. Rows
+        are gathered into blocks of about BATCH_BLOCK for the detectors; a rate change
+        first flushes what was gathered at the old rate."""
         assert self.directions is not None
         rates = samples.line_rate_bytes_per_second
         if self.options.line_rate is not None or rates is None or not rates.size:
-            self._feed_piece(samples, slice(None))
+            self._gather(samples)
             return
         # Rows without a known rate (0) keep the rate in force.
         known = np.where(rates > 0, rates, 0)
@@ -286,6 +360,7 @@ class _Port:
             stop = starts[number + 1] if number + 1 < len(starts) else None
             rate = int(known[start])
             if rate > 0 and rate != self.line_rate:
+                self._flush()
                 self.warnings.append(
                     f"line rate changed from {(self.line_rate or 0) * 8 / 1e9:g} to "
                     f"{rate * 8 / 1e9:g} Gb/s at {int(samples.timestamp_ns[start])} ns; "
@@ -294,14 +369,35 @@ class _Port:
                 self.line_rate = rate
                 for direction in self.directions:
                     direction.analyzer.set_line_rate(rate)
-            self._feed_piece(samples, slice(start, stop))
+            self._gather(samples if len(starts) == 1 else _rows(samples, slice(start, stop)))
 
-    def _feed_piece(self, samples: PortSamples, piece: slice) -> None:
+    def _gather(self, samples: PortSamples) -> None:
+        self.buffer.append(samples)
+        self.buffered += samples.timestamp_ns.size
+        if self.buffered >= BATCH_BLOCK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.buffer:
+            return
         assert self.directions is not None
+        parts, self.buffer, self.buffered = self.buffer, [], 0
+        stamps = _join([p.timestamp_ns for p in parts])
+        marks = (
+            None
+            if all(p.rebaseline is None for p in parts)
+            else _join(
+                [
+                    np.zeros(p.timestamp_ns.size, np.bool_)
+                    if p.rebaseline is None
+                    else p.rebaseline
+                    for p in parts
+                ]
+            )
+        )
         transmit, receive = self.directions
-        rebaseline = None if samples.rebaseline is None else samples.rebaseline[piece]
-        transmit.feed(samples.timestamp_ns[piece], samples.xmit_bytes[piece], rebaseline)
-        receive.feed(samples.timestamp_ns[piece], samples.rcv_bytes[piece], rebaseline)
+        transmit.feed(stamps, _join([p.xmit_bytes for p in parts]), marks)
+        receive.feed(stamps, _join([p.rcv_bytes for p in parts]), marks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,53 +408,92 @@ class _Options:
 
 
 def analyze_paths(
-    paths: list[Path], line_rate_gbits: float | None, plot: bool, thresholds: Thresholds
+    paths: list[Path],
+    line_rate_gbits: float | None,
+    plot: bool,
+    thresholds: Thresholds,
+    cluster: Cluster | None = None,
 ) -> Report:
-    """Read every trace, feed the detectors, and gather what the views show."""
+    """Read every trace, feed the detectors, and gather what the views show.
+
+    Each trace is one task: in this process by default, or on the Dask cluster given.
+    Either way the client merges the same node reports in the same order, so the report
+    is the same to the bit.
+    """
     if line_rate_gbits is not None and not line_rate_gbits > 0:
         raise UsageError(f"--line-rate must be positive, got {line_rate_gbits:g}")
     line_rate = None if line_rate_gbits is None else round(line_rate_gbits * 1e9 / 8)
     options = _Options(line_rate, thresholds, plot)
-    ports: list[PortReport] = []
-    synchronies = []
-    for path in paths:
-        found: dict[tuple[str, int], _Port] = {}
-        try:
-            interval = read_info(path).interval_ns
-            for samples in read_samples(path):
-                key = (samples.device, samples.port)
-                if key not in found:
-                    found[key] = _Port(str(path), samples.device, samples.port, options, interval)
-                found[key].add(samples)
-            slow = read_slow(path)
-        except TraceError as exc:
-            raise UsageError(str(exc)) from None
-        slow_by_port: dict[tuple[str, int], list[SlowSeries]] = {}
-        for series in slow:
-            slow_by_port.setdefault((series.device, series.port), []).append(series)
-        port_reports = []
-        for key in sorted(found):
-            port = found[key]
-            port.finish()
-            port_reports.append(_port_report(port, slow_by_port.get(key, [])))
-        ports.extend(port_reports)
-        for index, name in enumerate(DIRECTIONS):
-            if len(port_reports) < 2:
-                continue
-            directions = [p.directions[index] for p in port_reports]
-            bursts = [d.bursts for d in directions]
-            synchronies.append(
-                (
-                    str(path),
-                    name,
-                    synchrony(
-                        [f"{p.device}/{p.port}" for p in port_reports],
-                        [b.start_ns for b in bursts],
-                        [b.end_ns for b in bursts],
-                    ),
+    nodes = map_in(cluster, analyze_trace, [(path, options) for path in paths])
+    return merge_nodes(nodes)
+
+
+def merge_nodes(nodes: list[NodeReport]) -> Report:
+    """One report from the node reports, in the order of the paths."""
+    ports = tuple(p for node in nodes for p in node.ports)
+    synchronies = tuple(s for node in nodes for s in node.synchrony)
+    return Report(ports, synchronies, _fleet(nodes) if len(nodes) > 1 else None)
+
+
+def _fleet(nodes: list[NodeReport]) -> Fleet:
+    names = [node.name for node in nodes]
+    # Two traces of one host (or none named): tell them apart by position.
+    if len(set(names)) < len(names):
+        names = [f"{name} #{index}" for index, name in enumerate(names)]
+    summaries = [[d.summary for p in node.ports for d in p.directions] for node in nodes]
+    return Fleet(
+        nodes=tuple(names),
+        clock_offsets_ns=tuple(node.info.clock_offset_ns for node in nodes),
+        contrast=tuple(NodeContrast.of(s) for s in summaries),
+        total=NodeContrast.of([s for node in summaries for s in node]),
+        synchrony=fleet_synchrony(names, [node.saturated for node in nodes]),
+    )
+
+
+def analyze_trace(path: Path, options: _Options) -> NodeReport:
+    """One trace through the detectors: the task each node's trace is."""
+    found: dict[tuple[str, int], _Port] = {}
+    try:
+        info = read_info(path)
+        for samples in read_samples(path):
+            key = (samples.device, samples.port)
+            if key not in found:
+                found[key] = _Port(
+                    str(path), samples.device, samples.port, options, info.interval_ns
                 )
+            found[key].add(samples)
+        slow = read_slow(path)
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+    slow_by_port: dict[tuple[str, int], list[SlowSeries]] = {}
+    for series in slow:
+        slow_by_port.setdefault((series.device, series.port), []).append(series)
+    port_reports = []
+    saturated: list[Any] = []
+    for key in sorted(found):
+        port = found[key]
+        port.finish()
+        port_reports.append(_port_report(port, slow_by_port.get(key, [])))
+        assert port.directions is not None
+        saturated += [ms for direction in port.directions for ms in direction.saturated_ms]
+    synchronies = []
+    for index, name in enumerate(DIRECTIONS):
+        if len(port_reports) < 2:
+            continue
+        bursts = [p.directions[index].bursts for p in port_reports]
+        synchronies.append(
+            (
+                str(path),
+                name,
+                synchrony(
+                    [f"{p.device}/{p.port}" for p in port_reports],
+                    [b.start_ns for b in bursts],
+                    [b.end_ns for b in bursts],
+                ),
             )
-    return Report(tuple(ports), tuple(synchronies))
+        )
+    runs = MillisecondRuns.from_milliseconds(_join(saturated) if saturated else _empty_int())
+    return NodeReport(str(path), info, tuple(port_reports), tuple(synchronies), runs)
 
 
 def _port_report(port: _Port, slow: list[SlowSeries]) -> PortReport:
@@ -402,3 +537,17 @@ def _port_report(port: _Port, slow: list[SlowSeries]) -> PortReport:
 
 def _join(parts: list[Any]) -> Any:
     return np.concatenate(parts)
+
+
+def _rows(samples: PortSamples, piece: slice) -> PortSamples:
+    """Some consecutive rows of one port's samples."""
+    return dataclasses.replace(
+        samples,
+        timestamp_ns=samples.timestamp_ns[piece],
+        xmit_bytes=samples.xmit_bytes[piece],
+        rcv_bytes=samples.rcv_bytes[piece],
+        line_rate_bytes_per_second=None
+        if samples.line_rate_bytes_per_second is None
+        else samples.line_rate_bytes_per_second[piece],
+        rebaseline=None if samples.rebaseline is None else samples.rebaseline[piece],
+    )

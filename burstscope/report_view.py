@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from burstscope.report_model import DirectionReport, PortReport, Report
+from burstscope.report_model import DirectionReport, Fleet, NodeContrast, PortReport, Report
 from detectors.analyzer import Summary
 from detectors.config import NS_PER_SECOND, Thresholds, scale_label
 from detectors.congestion import CongestionShare
@@ -136,7 +136,122 @@ def to_json(report: Report) -> dict[str, Any]:
         }
         for source, direction, matrix in report.synchrony
     ]
-    return {"ports": ports, "synchrony": synchrony, "warnings": warnings}
+    document: dict[str, Any] = {"ports": ports, "synchrony": synchrony, "warnings": warnings}
+    if report.fleet is not None:
+        document["fleet"] = fleet_json(report.fleet)
+    return document
+
+
+CLOCK_NOTE = (
+    "cross-node synchrony compares wall-clock milliseconds: it assumes the nodes' clocks "
+    "agree to well under 1 ms (PTP)"
+)
+
+
+def _contrast_json(contrast: NodeContrast) -> dict[str, Any]:
+    return {
+        "saturated_seconds": _round(contrast.saturated_ns / NS_PER_SECOND),
+        "saturated_seconds_in_quiet_windows": _round(
+            contrast.saturated_ns_in_quiet_windows / NS_PER_SECOND
+        ),
+        "hidden_share": _round(contrast.hidden_share),
+        "finest_fraction_above_25pct": _round(
+            contrast.finest_busy / contrast.finest_count if contrast.finest_count else None
+        ),
+        "coarse_fraction_above_25pct": _round(
+            contrast.coarse_busy / contrast.coarse_count if contrast.coarse_count else None
+        ),
+    }
+
+
+def fleet_json(fleet: Fleet) -> dict[str, Any]:
+    """The fleet section: per node and fleet-wide contrast, cross-node synchrony."""
+    sync = fleet.synchrony
+    offsets = [o for o in fleet.clock_offsets_ns if o is not None]
+    return {
+        "nodes": [
+            {
+                "node": name,
+                "clock_offset_ns": offset,
+                **_contrast_json(contrast),
+                "saturated_ms": sync.saturated_ms[index],
+                "shared_share": _round(sync.shared_share(index)),
+                "with_others_ms": list(sync.with_others_ms[index]),
+            }
+            for index, (name, offset, contrast) in enumerate(
+                zip(fleet.nodes, fleet.clock_offsets_ns, fleet.contrast, strict=True)
+            )
+        ],
+        "total": _contrast_json(fleet.total),
+        "synchrony": {
+            "note": CLOCK_NOTE,
+            "largest_clock_offset_ns": max((abs(o) for o in offsets), default=None),
+            "concurrent_nodes_ms": list(sync.concurrent_ms),
+            "peak_concurrent_nodes": sync.peak_concurrency,
+            "pairs": [
+                {
+                    "nodes": [fleet.nodes[a], fleet.nodes[b]],
+                    "together_ms": together,
+                    "share_of_first": _round(together / sync.saturated_ms[a]),
+                    "share_of_second": _round(together / sync.saturated_ms[b]),
+                }
+                for a, b, together in sync.pairs
+            ],
+        },
+    }
+
+
+def print_fleet(fleet: Fleet, console: Console) -> None:
+    """Per node: saturated time, how much a 15 s scrape hides, how much is shared."""
+    sync = fleet.synchrony
+    table = Table(title="fleet: saturated milliseconds, what 15-second windows hide, who shares")
+    for column in (
+        "node",
+        "clock offset",
+        "saturated",
+        "hidden in <25% windows",
+        "shared with >=1 node",
+        "shared with all others",
+    ):
+        table.add_column(column, justify="left" if column == "node" else "right")
+    everyone = len(fleet.nodes) - 1
+    for index, (name, offset, node_contrast) in enumerate(
+        zip(fleet.nodes, fleet.clock_offsets_ns, fleet.contrast, strict=True)
+    ):
+        table.add_row(
+            name,
+            "-" if offset is None else f"{offset / 1000:+.1f} us",
+            _duration(node_contrast.saturated_ns / NS_PER_SECOND),
+            _percent(node_contrast.hidden_share),
+            _percent(sync.shared_share(index)),
+            _percent(sync.shared_share(index, everyone)),
+        )
+    total = fleet.total
+    table.add_row(
+        "[bold]fleet[/]",
+        "",
+        _duration(total.saturated_ns / NS_PER_SECOND),
+        _percent(total.hidden_share),
+        "",
+        "",
+    )
+    console.print(table)
+    busiest = ", ".join(
+        f"{k} nodes {ms} ms" for k, ms in enumerate(sync.concurrent_ms) if k >= 1 and ms
+    )
+    console.print(f"milliseconds by nodes saturated at once: {busiest or 'none'}", highlight=False)
+    for a, b, together in sync.pairs[:5]:
+        console.print(
+            f"together most: {fleet.nodes[a]} + {fleet.nodes[b]}: {together} ms",
+            highlight=False,
+        )
+    offsets = [o for o in fleet.clock_offsets_ns if o is not None]
+    recorded = (
+        f"largest recorded clock offset {max(abs(o) for o in offsets) / 1000:.1f} us"
+        if offsets
+        else "no clock offsets recorded"
+    )
+    console.print(f"note: {CLOCK_NOTE}; {recorded}", highlight=False)
 
 
 # CSI sequences, other ESC sequences, then any remaining C0/C1 control character.
@@ -243,3 +358,5 @@ def print_table(report: Report, console: Console | None = None) -> None:
             "(mean share of one port's burst time that another port also bursts)",
             highlight=False,
         )
+    if report.fleet is not None:
+        print_fleet(report.fleet, console)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +30,26 @@ _TIMING_STREAM = 0x71A1
 CHUNK_TICKS = 5_000
 # The simulated slow poll's midpoint, after the reads of the tick it follows.
 _POLL_AFTER_NS = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTiming:
+    """What sets one simulated node of a fleet apart when all of them run the same job."""
+
+    timing_seed: int  # the node's own sampler wake-up and read-time noise
+    skew_ns: int = 0  # the job's collectives reach this node this much later
+    clock_offset_ns: int = 0  # its clock's error against the fleet's reference (PTP)
+
+    @classmethod
+    def for_host(cls, host: str, job_seed: int) -> NodeTiming:
+        """A node named ``host`` in the job of ``job_seed``: its noise, a skew below 100 us
+        and a clock offset within +-20 us (a PTP-disciplined clock), all from its name."""
+        digest = zlib.crc32(host.encode())
+        return cls(
+            timing_seed=(job_seed << 32) ^ digest,
+            skew_ns=digest % 100_000,
+            clock_offset_ns=(digest >> 17) % 40_001 - 20_000,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,12 +128,16 @@ def simulate_trace(
     interval_ns: int = 1_000_000,
     start_wall_ns: int = FIXED_EPOCH_NS,
     progress: Callable[[int], None] | None = None,
+    node: NodeTiming | None = None,
 ) -> int:
     """Write ``duration_ns`` of samples (ticks at 0, interval, ... duration) and return the rows.
 
     Counters are what the port reports: 4-octet words times four, like ``record`` of an
     InfiniBand source. The model forgets each chunk once written, so memory stays bounded.
+    ``node`` makes this one node of a fleet running the model's job: its own sampler
+    timing, the job reaching it ``skew_ns`` late, its clock ``clock_offset_ns`` off.
     """
+    node = node or NodeTiming(model.seed)
     ticks_total = duration_ns // interval_ns + 1
     ports = model.ports
     slow = _SlowPolls(model, interval_ns, start_wall_ns)
@@ -120,11 +145,11 @@ def simulate_trace(
     for first in range(0, ticks_total, CHUNK_TICKS):
         count = min(CHUNK_TICKS, ticks_total - first)
         chunk = first // CHUNK_TICKS
-        times = sample_times(chunk, count, interval_ns, len(ports), model.seed)
-        xmit, rcv = model.counters_at(times.midpoint_ns)
+        times = sample_times(chunk, count, interval_ns, len(ports), node.timing_seed)
+        xmit, rcv = model.counters_at(np.maximum(times.midpoint_ns - node.skew_ns, 0))
         xmit_words = (xmit // DATA_COUNTER_OCTETS * DATA_COUNTER_OCTETS).astype(np.uint64)
         rcv_words = (rcv // DATA_COUNTER_OCTETS * DATA_COUNTER_OCTETS).astype(np.uint64)
-        wall = times.midpoint_ns + start_wall_ns
+        wall = times.midpoint_ns + (start_wall_ns + node.clock_offset_ns)
         writer.append_slow(slow.rows(first, times.midpoint_ns, (xmit, rcv)))
         rebaseline = np.zeros(count, dtype=np.bool_)
         if first == 0:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from burstscope import invocation
+from burstscope.cluster import dask_cluster
 from burstscope.errors import UsageError
 from burstscope.report_model import analyze_paths
 from burstscope.report_view import print_table, to_json
@@ -24,6 +25,19 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", type=Path, help="trace or CSV")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="analyse the traces on a local Dask cluster of N worker processes, one task "
+        "per trace (needs burstscope[fleet])",
+    )
+    parser.add_argument(
+        "--scheduler",
+        metavar="URL",
+        help="analyse the traces on the Dask cluster whose scheduler is at URL "
+        "(tcp://HOST:8786); every worker must see the PATHs (shared file system)",
+    )
     parser.add_argument(
         "--plot",
         metavar="FILE",
@@ -73,7 +87,10 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(
                 "--plot needs matplotlib: pip install 'burstscope[plot]' (or matplotlib)"
             )
-    report = analyze_paths(args.paths, args.line_rate, args.plot is not None, thresholds)
+    with dask_cluster(args.workers, args.scheduler) as cluster:
+        report = analyze_paths(
+            args.paths, args.line_rate, args.plot is not None, thresholds, cluster
+        )
     if args.plot is not None:
         from burstscope.plot import write_plot
 

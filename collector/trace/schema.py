@@ -66,6 +66,7 @@ _INFO_KEYS = {
     "interval_ns": b"burstscope.interval_ns",
     "source": b"burstscope.source",
     "host": b"burstscope.host",
+    "clock_offset_ns": b"burstscope.clock_offset_ns",
 }
 
 
@@ -76,6 +77,9 @@ class TraceInfo:
     interval_ns: int | None = None  # the configured sampling interval, not a measured one
     source: str | None = None  # the source SPEC as given: sysfs, netdev:eth0, sim:moe
     host: str | None = None  # the node that sampled it
+    # The node clock's offset from the fleet's reference (PTP: what ptp4l/phc2sys report) as
+    # the agent knew it; None when it did not say. Cross-node synchrony needs it << 1 ms.
+    clock_offset_ns: int | None = None
 
     @classmethod
     def here(cls, interval_ns: int, source: str) -> TraceInfo:
@@ -84,7 +88,12 @@ class TraceInfo:
 
     def metadata(self) -> dict[bytes, bytes]:
         """As Parquet key-value metadata: only what is known."""
-        values = {"interval_ns": self.interval_ns, "source": self.source, "host": self.host}
+        values = {
+            "interval_ns": self.interval_ns,
+            "source": self.source,
+            "host": self.host,
+            "clock_offset_ns": self.clock_offset_ns,
+        }
         return {_INFO_KEYS[k]: str(v).encode() for k, v in values.items() if v is not None}
 
     @classmethod
@@ -93,10 +102,12 @@ class TraceInfo:
         found = {k: (metadata or {}).get(key) for k, key in _INFO_KEYS.items()}
         text = {k: v.decode("utf-8", errors="replace") for k, v in found.items() if v}
         interval = text.get("interval_ns", "")
+        offset = text.get("clock_offset_ns", "")
         return cls(
             int(interval) if interval.isdigit() and int(interval) > 0 else None,
             text.get("source"),
             text.get("host"),
+            int(offset) if offset.lstrip("-").isdigit() else None,
         )
 
 

@@ -1,0 +1,98 @@
+"""Where a report's tasks run: this process, or a Dask cluster (local or an existing one).
+
+Dask is imported only when a cluster is asked for (`--workers`, `--scheduler`), so the
+single-process report needs neither dask nor distributed installed.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from burstscope.errors import UsageError
+
+Result = TypeVar("Result")
+INSTALL_HINT = "pip install 'burstscope[fleet]'"
+CONNECT_TIMEOUT_SECONDS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """A live Dask client; made by :func:`dask_cluster`."""
+
+    client: Any  # distributed.Client
+    description: str  # for messages: "local cluster of 2 workers", "tcp://host:8786"
+
+
+def _distributed() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise UsageError(
+            f"--workers and --scheduler need Dask distributed, which is not installed "
+            f"({INSTALL_HINT})"
+        ) from None
+    return distributed
+
+
+@contextmanager
+def dask_cluster(workers: int | None, scheduler: str | None) -> Iterator[Cluster | None]:
+    """None for neither flag (run here); a LocalCluster of ``workers`` processes; or a
+    client of the scheduler at ``scheduler``. Closed on leaving."""
+    if workers is not None and scheduler is not None:
+        raise UsageError("give --workers N (a local cluster) or --scheduler URL, not both")
+    if workers is None and scheduler is None:
+        yield None
+        return
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {workers}")
+    distributed = _distributed()
+    if workers is not None:
+        # One thread per worker: the detectors hold the GIL for most of their numpy calls'
+        # overhead, so processes, not threads, are what run side by side.
+        with (
+            distributed.LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            ) as local,
+            distributed.Client(local) as client,
+        ):
+            yield Cluster(client, f"local cluster of {workers} workers")
+        return
+    assert scheduler is not None
+    try:
+        client = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT_SECONDS)
+    except (OSError, TimeoutError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"cannot reach the Dask scheduler at {scheduler!r}: {reason}") from None
+    try:
+        yield Cluster(client, scheduler)
+    finally:
+        client.close()
+
+
+def map_in(
+    cluster: Cluster | None,
+    function: Callable[..., Result],
+    arguments: Sequence[tuple[Any, ...]],
+) -> list[Result]:
+    """``[function(*a) for a in arguments]``, here or as one Dask task each, in order.
+
+    A task's exception (a UsageError naming a bad trace) is raised here as it was there.
+    """
+    if cluster is None:
+        return [function(*a) for a in arguments]
+    run = uuid.uuid4().hex[:12]  # a shared scheduler may hold another report's keys
+    futures = [
+        cluster.client.submit(function, *a, pure=False, key=f"burstscope-{run}-{index}")
+        for index, a in enumerate(arguments)
+    ]
+    results: list[Result] = cluster.client.gather(futures)
+    return results
