@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from burstscope.report_model import DirectionReport, PortReport, Report
+from burstscope.report_model import DirectionReport, Fleet, PortReport, Report
 from detectors.config import NS_PER_SECOND, scale_label
 from detectors.distributions import UTILIZATION_BINS
 
@@ -255,3 +255,39 @@ def _cdf(axes: Any, entry: tuple[PortReport, DirectionReport], log: bool) -> Non
         axes.set_ylabel("share of windows at or below")
         axes.set_title(f"{name}: utilization CDF per scale", loc="left", fontsize=10)
         axes.legend(loc="lower right", fontsize=8)
+
+
+def fleet_plot_path(path: Path) -> Path:
+    """Where --plot puts the fleet's picture: beside the ports' one, ``NAME-fleet.png``."""
+    return path.with_name(f"{path.stem}-fleet{path.suffix or '.png'}")
+
+
+def write_fleet_plot(fleet: Fleet, path: Path) -> None:
+    """Milliseconds by nodes saturated at once, and per node what a scrape hides and shares."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sync = fleet.synchrony
+    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), layout="constrained")
+    counts = list(range(1, len(sync.concurrent_ms)))
+    left.bar(counts, [sync.concurrent_ms[k] / 1000 for k in counts], color=FINE)
+    left.set_xlabel("nodes saturated in the same millisecond")
+    left.set_ylabel("seconds")
+    left.set_title("how many nodes saturate at once (what the spine sees)", loc="left")
+    x = np.arange(len(fleet.nodes))
+    hidden = [(c.hidden_share or 0.0) * 100 for c in fleet.contrast]
+    shared = [(sync.shared_share(i) or 0.0) * 100 for i in range(len(fleet.nodes))]
+    right.bar(x - 0.2, hidden, 0.4, color=COARSE, label="saturated time in 15-s windows < 25%")
+    right.bar(x + 0.2, shared, 0.4, color=FINE, label="saturated time shared with another node")
+    right.set_xticks(x, fleet.nodes, rotation=90, fontsize=7)
+    right.set_ylim(0, 105)
+    right.set_ylabel("% of the node's saturated time")
+    right.legend(fontsize=8, loc="lower right")
+    right.set_title("per node", loc="left")
+    figure.suptitle(
+        "burstscope fleet: assumes node clocks agree to well under 1 ms (PTP)", fontsize=11
+    )
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

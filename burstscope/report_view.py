@@ -173,12 +173,12 @@ def fleet_json(fleet: Fleet) -> dict[str, Any]:
             {
                 "node": name,
                 "clock_offset_ns": offset,
-                **_contrast_json(contrast),
+                **_contrast_json(node_contrast),
                 "saturated_ms": sync.saturated_ms[index],
                 "shared_share": _round(sync.shared_share(index)),
                 "with_others_ms": list(sync.with_others_ms[index]),
             }
-            for index, (name, offset, contrast) in enumerate(
+            for index, (name, offset, node_contrast) in enumerate(
                 zip(fleet.nodes, fleet.clock_offsets_ns, fleet.contrast, strict=True)
             )
         ],

@@ -92,10 +92,12 @@ def run(args: argparse.Namespace) -> int:
             args.paths, args.line_rate, args.plot is not None, thresholds, cluster
         )
     if args.plot is not None:
-        from burstscope.plot import write_plot
+        from burstscope.plot import fleet_plot_path, write_fleet_plot, write_plot
 
         try:
             write_plot(report, args.plot)
+            if report.fleet is not None:
+                write_fleet_plot(report.fleet, fleet_plot_path(args.plot))
         except OSError as exc:
             raise UsageError(f"cannot write {str(args.plot)!r}: {exc.strerror}") from None
     if args.json:

@@ -1,0 +1,229 @@
+"""Many nodes' traces: the fleet view against a generator's ground truth, on Dask and here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from burstscope.cli import main
+from burstscope.cluster import Cluster, dask_cluster
+from burstscope.report_model import analyze_paths
+from burstscope.report_view import to_json
+from collector.trace import PortColumns, TraceInfo, TraceWriter, read_info
+from detectors.config import Thresholds
+from detectors.fleet import MillisecondRuns, fleet_synchrony
+
+RATE = 50_000_000_000  # bytes per second
+MS = 1_000_000
+START_NS = 1_704_067_200_000_000_000  # a multiple of 15 s
+SECONDS = 4
+
+
+def write_node(path: Path, host: str, bursts: list[tuple[int, int]], ports: int = 2) -> None:
+    """``SECONDS`` of 1 ms samples: every port at line rate in each [start, stop) ms of
+    ``bursts`` and at 2% otherwise. Exact timestamps, so the saturated milliseconds are
+    exactly the burst milliseconds (a sample ending at ms m+1 covers ms m)."""
+    ticks = SECONDS * 1000 + 1
+    level = np.full(ticks, RATE // 1000 // 50, dtype=np.int64)
+    for start, stop in bursts:
+        level[start + 1 : stop + 1] = RATE // 1000
+    level[0] = 0
+    counter = (np.cumsum(level) + 10**12).astype(np.uint64)
+    stamps = START_NS + np.arange(ticks, dtype=np.int64) * MS
+    rebaseline = np.zeros(ticks, dtype=np.bool_)
+    rebaseline[0] = True
+    writer = TraceWriter(path, info=TraceInfo(MS, "test", host, clock_offset_ns=0))
+    writer.append(
+        [
+            PortColumns(
+                f"mlx5_{p}", 1, RATE, stamps, counter, counter, np.full(ticks, 2_000), rebaseline
+            )
+            for p in range(ports)
+        ]
+    )
+    writer.close()
+
+
+# Ground truth: the job's collective saturates every node in [300, 340) of each second;
+# nodes a and b also share [600, 610); node c alone bursts in [800, 805).
+SHARED = [(s * 1000 + 300, s * 1000 + 340) for s in range(SECONDS)]
+FLEET = {
+    "a": [*SHARED, (600, 610)],
+    "b": [*SHARED, (600, 610)],
+    "c": [*SHARED, (800, 805)],
+}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    root = tmp_path_factory.mktemp("fleet")
+    paths = []
+    for host, bursts in FLEET.items():
+        path = root / host
+        path.mkdir()
+        write_node(path, host, sorted(bursts))
+        paths.append(path)
+    return paths
+
+
+def report_json(paths: list[Path], cluster: Cluster | None = None) -> str:
+    report = analyze_paths(paths, None, False, Thresholds(), cluster)
+    return json.dumps(to_json(report), indent=2)
+
+
+def test_a_local_cluster_gives_the_same_report_and_the_ground_truth(fleet: list[Path]) -> None:
+    here = report_json(fleet)
+    with dask_cluster(2, None) as cluster:
+        assert cluster is not None
+        workers = cluster.client.scheduler_info()["workers"]
+        assert len(workers) == 2
+        distributed = report_json(fleet, cluster)
+    assert distributed == here
+
+    sync = json.loads(here)["fleet"]["synchrony"]
+    shared_ms = 40 * SECONDS
+    # Milliseconds by how many nodes were saturated: all three in the collective, two in
+    # a and b's extra, one in c's own.
+    assert sync["concurrent_nodes_ms"] == [sync["concurrent_nodes_ms"][0], 5, 10, shared_ms]
+    assert sync["peak_concurrent_nodes"] == 3
+    assert sync["pairs"][0]["nodes"] == ["a", "b"]
+    assert sync["pairs"][0]["together_ms"] == shared_ms + 10
+    nodes = {n["node"]: n for n in json.loads(here)["fleet"]["nodes"]}
+    assert nodes["a"]["saturated_ms"] == shared_ms + 10
+    assert nodes["a"]["with_others_ms"] == [0, 10, shared_ms]
+    assert nodes["c"]["with_others_ms"] == [5, 0, shared_ms]
+    assert nodes["c"]["shared_share"] == round(shared_ms / (shared_ms + 5), 6)
+    assert nodes["a"]["clock_offset_ns"] == 0
+
+
+def sweep_truth(sets: list[set[int]]) -> tuple[list[int], list[list[int]]]:
+    count = len(sets)
+    concurrent = [0] * (count + 1)
+    for ms in set().union(*sets):
+        concurrent[sum(ms in s for s in sets)] += 1
+    shared = [[0] * count for _ in sets]
+    for index, mine in enumerate(sets):
+        for ms in mine:
+            shared[index][sum(ms in s for s in sets) - 1] += 1
+    return concurrent, shared
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sets(st.integers(0, 60), max_size=40), min_size=1, max_size=5))
+def test_fleet_synchrony_counts_match_a_direct_count(sets: list[set[int]]) -> None:
+    runs = [MillisecondRuns.from_milliseconds(np.array(sorted(s), dtype=np.int64)) for s in sets]
+    found = fleet_synchrony([str(i) for i in range(len(sets))], runs)
+    concurrent, shared = sweep_truth(sets)
+    assert list(found.concurrent_ms[1:]) == concurrent[1:]
+    assert [list(row) for row in found.with_others_ms] == shared
+    for a, b, together in found.pairs:
+        assert together == len(sets[a] & sets[b])
+    union = MillisecondRuns.union(runs)
+    assert union.milliseconds == len(set().union(*sets))
+
+
+@st.composite
+def small_fleets(draw: st.DrawFn) -> list[list[tuple[int, int]]]:
+    nodes = draw(st.integers(2, 4))
+    fleet = []
+    for _ in range(nodes):
+        starts = draw(st.lists(st.integers(1, SECONDS * 1000 - 30), max_size=4, unique=True))
+        fleet.append([(s, s + draw(st.integers(1, 25))) for s in sorted(starts)])
+    return fleet
+
+
+@settings(
+    max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(small_fleets())
+def test_the_distributed_report_is_the_single_process_one_bit_for_bit(
+    tmp_path: Path, shared_cluster: Cluster, fleet: list[list[tuple[int, int]]]
+) -> None:
+    root = tmp_path / f"fleet-{abs(hash(str(fleet)))}"
+    paths = []
+    for index, bursts in enumerate(fleet):
+        path = root / f"node{index}"
+        path.mkdir(parents=True)
+        merged: list[tuple[int, int]] = []
+        for start, stop in bursts:  # overlapping runs are one run
+            if merged and start <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(stop, merged[-1][1]))
+            else:
+                merged.append((start, stop))
+        write_node(path, f"node{index}", merged, ports=1)
+        paths.append(path)
+    assert report_json(paths, shared_cluster) == report_json(paths)
+
+
+@pytest.fixture(scope="module")
+def shared_cluster() -> object:
+    with dask_cluster(2, None) as cluster:
+        yield cluster
+
+
+def run_cli(*words: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "burstscope", *words], capture_output=True, text=True, check=False
+    )
+
+
+def test_bad_cluster_flags_are_one_line_and_status_2(fleet: list[Path]) -> None:
+    zero = run_cli("report", str(fleet[0]), "--workers", "0")
+    unreachable = run_cli("report", str(fleet[0]), "--scheduler", "tcp://127.0.0.1:9")
+    missing = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules['distributed'] = None\n"
+            "from burstscope.cli import main\n"
+            f"sys.exit(main(['report', {str(fleet[0])!r}, '--workers', '2']))",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for result, words in (
+        (zero, "--workers must be at least 1"),
+        (unreachable, "cannot reach the Dask scheduler"),
+        (missing, "burstscope[fleet]"),
+    ):
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1 and words in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_simulated_fleet_nodes_share_the_job_and_record_their_host(tmp_path: Path) -> None:
+    paths = []
+    for host in ("gpu-a", "gpu-b"):
+        path = tmp_path / host
+        assert main(["simulate", "--duration", "8", "--host", host, "-o", str(path)]) == 0
+        paths.append(path)
+    infos = [read_info(p) for p in paths]
+    assert [i.host for i in infos] == ["gpu-a", "gpu-b"]
+    assert all(i.clock_offset_ns is not None and abs(i.clock_offset_ns) <= 20_000 for i in infos)
+    assert all(i.interval_ns == MS for i in infos)
+    fleet = json.loads(report_json(paths))["fleet"]
+    # One job: most of each node's saturated time is shared with the other node.
+    assert all(n["saturated_ms"] > 0 and n["shared_share"] > 0.8 for n in fleet["nodes"])
+
+
+def test_the_compact_trace_directory_reads_as_one_table(fleet: list[Path]) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    path = fleet[0]
+    table = pq.read_table(path)
+    assert table.num_rows == 2 * (SECONDS * 1000 + 1)
+    rows = duckdb.sql(
+        f"select count(*), count(distinct device), max(timestamp_ns) - min(timestamp_ns) "
+        f"from read_parquet('{path}/*.parquet')"
+    ).fetchall()
+    assert rows == [(table.num_rows, 2, SECONDS * 1000 * MS)]
+    column = pq.ParquetFile(next(path.glob("part-*.parquet"))).metadata.row_group(0).column(0)
+    assert "DELTA_BINARY_PACKED" in column.encodings
