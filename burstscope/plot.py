@@ -289,5 +289,5 @@ def write_fleet_plot(fleet: Fleet, path: Path) -> None:
     figure.suptitle(
         "burstscope fleet: assumes node clocks agree to well under 1 ms (PTP)", fontsize=11
     )
-    figure.savefig(path, dpi=100)
+    figure.savefig(path, dpi=DPI)
     plt.close(figure)
