@@ -313,26 +313,37 @@ class DirectionAnalyzer:
             and shortest > 0
             and int(duration.max()) <= t.max_gap_ns
         ):
-            # The usual chunk: every interval a measurement. A decrease (or an increase of
-            # 2**63 or more) shows as a negative difference and takes the general path,
-            # which gives the identical result for every chunk.
+            # The usual chunk: every interval a measurement but for counter resets.
             raw = np.empty(n, dtype=np.uint64) if scratch is None else scratch.raw[:n]
             before = np.array([carry.cumulative_bytes], dtype=np.uint64)
             np.subtract(values[:1], before, out=raw[:1])  # arrays wrap without a warning
             np.subtract(values[1:], values[:-1], out=raw[1:])
-            signed = raw.view(np.int64)
-            if int(signed.min()) >= 0:
-                delta = signed
+            delta = raw.view(np.int64)
         if delta is not None:
             valid = np.ones(n, dtype=np.bool_)
-            resets = gaps = invalid = 0
+            gaps = 0
+            # A negative difference is a decrease (a reset: counter_deltas' rule) or an
+            # increase of 2**63 or more (a valid, if absurd, delta): told apart exactly.
+            negative = np.flatnonzero(delta < 0)
+            if negative.size:
+                previous = values[np.maximum(negative - 1, 0)]
+                if negative[0] == 0:
+                    previous[0] = before[0]
+                reset = negative[values[negative] < previous]
+                valid[reset] = False
+                delta[reset] = 0
+            resets = invalid = n - int(np.count_nonzero(valid)) if negative.size else 0
             # duration >= 1 here, so this is the general path's arithmetic exactly.
             if scratch is None:
                 utilization = delta * self._scale / duration
             else:  # the same two operations, the product in reused memory
                 scaled = np.multiply(delta, self._scale, out=scratch.scaled[:n])
                 utilization = np.divide(scaled, duration)
-            covered_after = None
+            if invalid:
+                covered_after = np.cumsum(np.where(valid, duration, 0))
+                covered_after += carry.covered_ns
+            else:
+                covered_after = None
         else:
             deltas = counter_deltas(carry.cumulative_bytes, values, RESETTING_64, marks)
             resets = deltas.resets
