@@ -39,7 +39,7 @@ def _hottest(report: Report) -> list[tuple[PortReport, DirectionReport]]:
     def heat(entry: tuple[PortReport, DirectionReport]) -> tuple[int, int, float]:
         summary = entry[1].summary
         return (
-            summary.saturated_ns_in_quiet_windows,
+            summary.hidden_saturated_ns,
             summary.saturated_ns,
             summary.mean_utilization or 0.0,
         )
@@ -161,7 +161,7 @@ def _timeline(axes: Any, port: PortReport, direction: DirectionReport, last: boo
     axes.set_ylim(0, 105)
     axes.set_xlim(0, max(end, 1e-9))
     axes.set_ylabel("% of line rate")
-    hidden = summary.saturated_ns_in_quiet_windows / NS_PER_SECOND
+    hidden = summary.hidden_saturated_ns / NS_PER_SECOND
     saturated = summary.saturated_ns / NS_PER_SECOND
     axes.set_title(
         f"{port.label} {_tag(direction)}: {saturated:.1f} s saturated, {hidden:.1f} s of it "

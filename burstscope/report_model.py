@@ -169,7 +169,7 @@ class NodeContrast:
     """The 15 s vs 1 ms contrast of one node or the fleet, merged from port summaries."""
 
     saturated_ns: int
-    saturated_ns_in_quiet_windows: int  # inside coarse windows under the busy threshold
+    hidden_saturated_ns: int  # inside coarse windows under the busy threshold
     finest_busy: int  # finest samples above busy, of finest_count
     finest_count: int
     coarse_busy: int  # coarse windows above busy, of coarse_count
@@ -179,7 +179,7 @@ class NodeContrast:
     def of(summaries: list[Summary]) -> NodeContrast:
         return NodeContrast(
             sum(s.saturated_ns for s in summaries),
-            sum(s.saturated_ns_in_quiet_windows for s in summaries),
+            sum(s.hidden_saturated_ns for s in summaries),
             sum(s.finest.busy for s in summaries),
             sum(s.finest.count for s in summaries),
             sum(s.coarse.busy for s in summaries),
@@ -191,7 +191,7 @@ class NodeContrast:
         """Share of saturated time a 15 s scrape shows as a window under 25%."""
         if self.saturated_ns == 0:
             return None
-        return self.saturated_ns_in_quiet_windows / self.saturated_ns
+        return self.hidden_saturated_ns / self.saturated_ns
 
 
 @dataclass(frozen=True, slots=True)

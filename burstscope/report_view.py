@@ -101,7 +101,7 @@ def direction_json(port: PortReport, direction: DirectionReport) -> dict[str, An
         },
         "hidden": {
             "peak_to_mean_ratio": _round(seen.peak_to_mean_ratio),
-            "saturated_seconds_in_quiet_windows": _round(seen.saturated_seconds_in_quiet_windows),
+            "saturated_seconds_in_quiet_windows": _round(seen.hidden_saturated_seconds),
             "idle_fraction_coarse": _round(seen.idle_fraction_coarse),
             "idle_fraction_finest": _round(seen.idle_fraction_finest),
         },
@@ -151,9 +151,7 @@ CLOCK_NOTE = (
 def _contrast_json(contrast: NodeContrast) -> dict[str, Any]:
     return {
         "saturated_seconds": _round(contrast.saturated_ns / NS_PER_SECOND),
-        "saturated_seconds_in_quiet_windows": _round(
-            contrast.saturated_ns_in_quiet_windows / NS_PER_SECOND
-        ),
+        "saturated_seconds_in_quiet_windows": _round(contrast.hidden_saturated_ns / NS_PER_SECOND),
         "hidden_share": _round(contrast.hidden_share),
         "finest_fraction_above_25pct": _round(
             contrast.finest_busy / contrast.finest_count if contrast.finest_count else None
@@ -325,7 +323,7 @@ def print_table(report: Report, console: Console | None = None) -> None:
             summary = direction.summary
             seen = contrast(summary)
             stats = summary.bursts
-            hidden = seen.saturated_seconds_in_quiet_windows
+            hidden = seen.hidden_saturated_seconds
             table.add_row(
                 _label(port),
                 "tx" if direction.direction == "transmit" else "rx",

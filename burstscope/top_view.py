@@ -42,7 +42,7 @@ class Row:
     peak: float | None
     p99: float | None
     saturated_seconds: float
-    hidden_seconds: float
+    hidden_saturated_seconds: float
     bursts_per_second: float
     history: list[float]
     ecn_marked: int | None  # since the agent started
@@ -81,7 +81,7 @@ def rows(snapshot: Snapshot, now_window_ns: int) -> list[Row]:
                     peak=live.peak(WINDOW_NS, now),
                     p99=view.p99,
                     saturated_seconds=view.saturated_seconds,
-                    hidden_seconds=view.hidden_saturated_seconds,
+                    hidden_saturated_seconds=view.hidden_saturated_seconds,
                     bursts_per_second=live.burst_rate(WINDOW_NS, now),
                     history=live.history(SPARK_SECONDS, now),
                     ecn_marked=ecn.get(key),
@@ -90,7 +90,7 @@ def rows(snapshot: Snapshot, now_window_ns: int) -> list[Row]:
                     stuck=tuple(stuck.get(key, ())),
                 )
             )
-    out.sort(key=lambda r: (-r.hidden_seconds, -(r.peak or 0.0), r.port, r.direction))
+    out.sort(key=lambda r: (-r.hidden_saturated_seconds, -(r.peak or 0.0), r.port, r.direction))
     return out
 
 
@@ -165,7 +165,10 @@ def _columns(now_label: str) -> tuple[Column, ...]:
             "right",
             0,
             11,
-            lambda r: Text(_seconds(r.hidden_seconds), "bold red" if r.hidden_seconds else ""),
+            lambda r: Text(
+                _seconds(r.hidden_saturated_seconds),
+                "bold red" if r.hidden_saturated_seconds else "",
+            ),
         ),
         Column(f"peak\n{now_label}", "right", 1, 6, lambda r: styled(r.now)),
         Column("bursts/s\n15 s", "right", 2, 8, lambda r: f"{r.bursts_per_second:.1f}"),
@@ -258,7 +261,7 @@ def plain_lines(snapshot: Snapshot, every_ns: int) -> list[str]:
     return [
         f"{clock} {row.port} {row.direction} peak{label}={percent(row.now)} "
         f"avg15s={percent(row.average)} peak15s={percent(row.peak)} "
-        f"bursts/s15s={row.bursts_per_second:.1f} hidden_run={row.hidden_seconds:.1f}s "
+        f"bursts/s15s={row.bursts_per_second:.1f} hidden_run={row.hidden_saturated_seconds:.1f}s "
         f"saturated_run={row.saturated_seconds:.1f}s p99_run={percent(row.p99)}"
         + (
             ""

@@ -67,7 +67,7 @@ class Summary:
     gaps: int  # intervals longer than max_gap_ns
     clipped_samples: int  # utilization above 1 (timestamp jitter), clipped
     saturated_ns: int
-    saturated_ns_in_quiet_windows: int  # saturated time inside coarse windows below busy
+    hidden_saturated_ns: int  # saturated time inside coarse windows below busy
     scales: tuple[ScaleStats, ...]  # finest first
     bursts: BurstStats
     thresholds: Thresholds
@@ -123,7 +123,7 @@ class _Counts:
     gaps: int = 0
     clipped: int = 0
     saturated_ns: int = 0
-    hidden_ns: int = 0
+    hidden_saturated_ns: int = 0
 
 
 class _Scratch:
@@ -145,8 +145,8 @@ class _Carry:
 
     timestamp_ns: int | None = None
     cumulative_bytes: int | None = None
-    bytes_total: int = 0  # A: sum of valid deltas
-    covered_ns: int = 0  # T: sum of valid interval durations
+    bytes_total: int = 0  # sum of valid deltas: what window means divide
+    covered_ns: int = 0  # sum of valid interval durations: what they divide by
     first_ns: int | None = None
     pending_saturated: dict[int, int] = field(default_factory=dict)  # coarse window end -> ns
     busy_ns: float = 0.0  # sum of valid delta x (1e9 / rate in force)
@@ -194,23 +194,7 @@ class DirectionAnalyzer:
         self._finished = False
         self._scratch: _Scratch | None = None
 
-    # Running totals an exporter reads at scrape time, without recomputation.
-    @property
-    def bytes_total(self) -> int:
-        return self._carry.bytes_total
-
-    @property
-    def covered_ns(self) -> int:
-        return self._carry.covered_ns
-
-    @property
-    def burst_count(self) -> int:
-        return self._bursts.count
-
-    @property
-    def burst_bytes_total(self) -> int:
-        return self._bursts.bytes_total
-
+    # Running totals the pipeline's live views read on every drain, without recomputation.
     @property
     def saturated_ns(self) -> int:
         return self._counts.saturated_ns
@@ -218,7 +202,7 @@ class DirectionAnalyzer:
     @property
     def hidden_saturated_ns(self) -> int:
         """Saturated time settled inside coarse windows whose mean was below busy."""
-        return self._counts.hidden_ns
+        return self._counts.hidden_saturated_ns
 
     @property
     def resets(self) -> int:
@@ -455,7 +439,7 @@ class DirectionAnalyzer:
             gaps=counts.gaps,
             clipped_samples=counts.clipped,
             saturated_ns=counts.saturated_ns,
-            saturated_ns_in_quiet_windows=counts.hidden_ns,
+            hidden_saturated_ns=counts.hidden_saturated_ns,
             scales=tuple(scales),
             bursts=self._bursts.stats(),
             thresholds=self.thresholds,
@@ -528,7 +512,7 @@ class DirectionAnalyzer:
         ):
             saturated = pending.pop(window_end, 0)
             if saturated and value < busy:
-                self._counts.hidden_ns += saturated
+                self._counts.hidden_saturated_ns += saturated
 
 
 def _finest_bins(utilization: F64, scratch: _Scratch | None) -> I64:

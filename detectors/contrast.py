@@ -14,7 +14,7 @@ class Contrast:
 
     peak_to_mean_ratio: float | None  # None when the port carried nothing
     saturated_seconds: float
-    saturated_seconds_in_quiet_windows: float
+    hidden_saturated_seconds: float
     idle_fraction_coarse: float | None
     idle_fraction_finest: float | None
     verdict: str
@@ -51,7 +51,7 @@ def verdict(summary: Summary) -> str:
     coarse_max = summary.coarse.maximum or 0.0
     if peak < t.burst:
         return f"{head}: quiet, no {fine} sample above {_percent(t.burst)}"
-    hidden = summary.saturated_ns_in_quiet_windows
+    hidden = summary.hidden_saturated_ns
     if hidden > 0:
         return (
             f"{head}: {_seconds(hidden)} saturated inside windows that look under "
@@ -77,7 +77,7 @@ def contrast(summary: Summary) -> Contrast:
     return Contrast(
         peak_to_mean_ratio=summary.peak_to_mean_ratio,
         saturated_seconds=summary.saturated_ns / NS_PER_SECOND,
-        saturated_seconds_in_quiet_windows=summary.saturated_ns_in_quiet_windows / NS_PER_SECOND,
+        hidden_saturated_seconds=summary.hidden_saturated_ns / NS_PER_SECOND,
         idle_fraction_coarse=summary.coarse.idle_fraction,
         idle_fraction_finest=summary.finest.idle_fraction,
         verdict=verdict(summary),

@@ -148,7 +148,8 @@ class WindowScale:
         # edges of a gap) are no fair "15 s average": they count only when a scale has no
         # other window, as in a trace shorter than the window.
         self.partial = Distribution(distribution.idle_threshold, distribution.busy_threshold)
-        # A and T at the last boundary passed: integer part, interpolated part, covered ns.
+        # Bytes and covered time at the last boundary passed: integer bytes, the interpolated
+        # fraction of an interval's bytes, covered ns.
         self._bytes_int = 0
         self._bytes_fraction = 0.0
         self._covered = 0
@@ -174,8 +175,8 @@ class WindowScale:
             index = holding_interval(end, intervals.first_start_ns, boundary)
             valid = intervals.valid[index]
             if not intervals.all_valid:
-                # Boundaries inside an invalid interval all carry the same A and T: only
-                # the first can close a window with covered time.
+                # Boundaries inside an invalid interval all carry the same bytes and covered
+                # time: only the first can close a window with covered time.
                 first = np.ones(index.size, dtype=np.bool_)
                 first[1:] = index[1:] != index[:-1]
                 keep = valid | first

@@ -58,7 +58,7 @@ def test_one_burst_known_answers() -> None:
     assert summary.bursts.count == 1
     assert summary.bursts.duration_ns_max == 40 * MS
     assert summary.saturated_ns == 40 * MS
-    assert summary.saturated_ns_in_quiet_windows == 40 * MS
+    assert summary.hidden_saturated_ns == 40 * MS
     assert summary.mean_utilization == pytest.approx(40e6 / 30 / RATE)
     assert summary.peak_to_mean_ratio == pytest.approx(750.0)
     finest = summary.finest
@@ -178,7 +178,7 @@ def test_port_saturated_throughout() -> None:
     summary, bursts = analyze(stamps, counter, RATE)
     assert len(bursts) == 1 and bursts.duration_ns[0] == 20_000 * MS
     assert summary.saturated_ns == 20_000 * MS
-    assert summary.saturated_ns_in_quiet_windows == 0
+    assert summary.hidden_saturated_ns == 0
     assert summary.finest.p99 == 1.0 and summary.peak_to_mean_ratio == pytest.approx(1.0)
     assert verdict(summary) == (
         "15-s average 100%, 1-ms peak 100%: saturated throughout; the 15-s view shows it"
@@ -222,15 +222,15 @@ def test_bounded_mode_keeps_no_bursts_and_bounded_seconds() -> None:
     analyzer = DirectionAnalyzer(RATE, keep_bursts=False, saturated_second_retention=3)
     analyzer.feed(stamps, counter)
     analyzer.finish()
-    assert len(analyzer.bursts()) == 0 and analyzer.burst_count == 10
-    assert analyzer.burst_bytes_total == 10 * 10**6 and analyzer.saturated_ns == 10 * MS
+    assert len(analyzer.bursts()) == 0 and analyzer.summary().bursts.count == 10
+    assert analyzer.summary().bursts.bytes_total == 10 * 10**6 and analyzer.saturated_ns == 10 * MS
     assert analyzer.saturated_seconds().tolist() == [
         START // 10**9 + 7,
         START // 10**9 + 8,
         START // 10**9 + 9,
     ]
     assert analyzer.finest_histogram.sum() == 10_000
-    assert analyzer.bytes_total == 10 * 10**6
+    assert analyzer.summary().bytes_total == 10 * 10**6
 
 
 def test_scale_names_and_nominal_interval() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from burstscope.commands.events import FleetView, SequenceTracker, Verdict
+from burstscope.fleet_events import FleetView, SequenceTracker, Verdict
 from collector.mqtt.messages import (
     LinkEvent,
     LinkEventDeriver,

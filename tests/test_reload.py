@@ -33,7 +33,7 @@ def test_retune_changes_future_samples_and_keeps_totals() -> None:
     analyzer = DirectionAnalyzer(RATE, Thresholds(), MS, keep_bursts=True)
     t, v = series(0, 100, 0.95, 0)
     analyzer.feed(np.concatenate([[0], t]), np.concatenate([[0], v]).astype(np.uint64))
-    saturated, bursts_before = analyzer.saturated_ns, analyzer.burst_count
+    saturated, bursts_before = analyzer.saturated_ns, analyzer.summary().bursts.count
     assert saturated == 100 * MS and bursts_before == 0  # one burst, still open
 
     analyzer.retune(Thresholds(burst=0.97, saturated=0.99, busy=0.3))
@@ -41,8 +41,8 @@ def test_retune_changes_future_samples_and_keeps_totals() -> None:
     chunk = analyzer.feed(t, v)
     # 95% is neither saturated nor a burst any more: the open burst closes, nothing new.
     assert analyzer.saturated_ns == saturated
-    assert len(chunk.bursts) == 1 and analyzer.burst_count == 1
-    assert analyzer.bytes_total == 200 * int(0.95 * RATE / 1000)
+    assert len(chunk.bursts) == 1 and analyzer.summary().bursts.count == 1
+    assert analyzer.summary().bytes_total == 200 * int(0.95 * RATE / 1000)
     assert analyzer.summary().thresholds.saturated == 0.99
 
 
