@@ -364,3 +364,50 @@ def test_renegotiation_on_the_emulated_sysfs_writer(tmp_path: Path) -> None:
         stop.set()
         thread.join(5)
         writer.close()
+
+
+def test_pfc_pause_time_is_exported_in_seconds_for_priorities_that_paused(
+    tmp_path: Path,
+) -> None:
+    """ethtool's rx_prio<N>_pause_duration (microseconds) through a real agent: no RoCE NIC
+    here, so the readings come from a recorded trace played back (replay:PATH)."""
+    import numpy as np
+
+    from collector.trace import PortColumns, SlowRow, TraceWriter
+    from detectors.counters import RESETTING_64
+
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    writer = TraceWriter(trace)
+    start = 1_700_000_000_000_000_000
+    stamps = start + np.arange(1, 4001, dtype=np.int64) * 1_000_000
+    bytes_ = np.arange(1, 4001, dtype=np.uint64) * np.uint64(1000)
+    writer.append(
+        [
+            PortColumns(
+                "mlx5_0", 1, 50_000_000_000, stamps, bytes_, bytes_,
+                np.zeros(4000, dtype=np.int64), np.zeros(4000, dtype=np.bool_),
+            )
+        ]
+    )  # fmt: skip
+    writer.append_slow(
+        [
+            SlowRow(start + second * 1_000_000_000, "mlx5_0", 1, name, value, RESETTING_64, False)
+            for second in range(4)
+            for name, value in (
+                ("rx_prio3_pause_duration", 250_000 * second),  # microseconds
+                ("rx_prio3_pause", 40 * second),
+                ("rx_prio5_pause_duration", 0),  # never paused: no series
+            )
+        ]
+    )
+    writer.close()
+    agent = Agent("--source", f"replay:{trace}")
+    try:
+        # 750,000 us after three seconds of playback: 0.75 s paused on priority 3.
+        body = agent.scrape_when(
+            'burstscope_port_pfc_pause_seconds_total{device="mlx5_0",port="1",priority="3"} 0.75'
+        )
+        assert 'pfc_pause_seconds_total{device="mlx5_0",port="1",priority="5"}' not in body
+    finally:
+        assert agent.process.stop() == 0, agent.process.stderr
