@@ -13,7 +13,7 @@ from collector import rocegen
 from collector import testbed as bed_module
 from collector.testbed import RECEIVER_ADDRESS, RECEIVER_INTERFACE, SENDER_ADDRESS
 from tests.conftest import integration_unavailable, require_binary, require_root
-from tests.processes import LoggedProcess
+from tests.processes import LoggedProcess, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -50,10 +50,13 @@ def test_live_capture_sees_the_generator(request: pytest.FixtureRequest, tmp_pat
         ],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=120,
     )
     assert generator.returncode == 0, generator.stderr
-    # Traffic is over: end the capture now instead of waiting out its --duration.
+    # Traffic is over once tbf has sent every byte the generator handed it; then end the
+    # capture instead of waiting out its --duration (it reads what is queued, then stops).
+    truth = json.loads(truth_file.read_text())
+    assert wait_until(lambda: bed.qdisc_stats()["bytes"] >= truth["bytes_total"])
     assert capture.stop(timeout=60) == 0, capture.stderr
     assert capture.process.stdout is not None
     out = capture.process.stdout.read()

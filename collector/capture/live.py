@@ -68,15 +68,21 @@ def capture(
         view = memoryview(buffer)
         ancillary = socket.CMSG_SPACE(16)
         deadline = time.monotonic() + duration_seconds
-        while not should_stop():
+        stopping = False
+        while True:
+            # Asked to stop: what the kernel already queued on the socket was captured too,
+            # so read it without waiting, then stop at the first empty read.
+            stopping = stopping or should_stop()
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 and not stopping:
                 break
-            sock.settimeout(min(remaining, 0.1))
+            sock.settimeout(0.0 if stopping else min(remaining, 0.1))
             try:
                 # MSG_TRUNC: a packet socket returns the frame's real length.
                 length, cmsgs, _, _ = sock.recvmsg_into([view], ancillary, socket.MSG_TRUNC)
-            except TimeoutError:
+            except (TimeoutError, BlockingIOError):
+                if stopping:
+                    break
                 continue
             stamp = None
             for level, kind, data in cmsgs:
