@@ -35,7 +35,7 @@ from collector.mqtt import (
     attach_mqtt,
     mqtt_settings_from_args,
 )
-from collector.pipeline import Pipeline, wait_for_first_sample
+from collector.pipeline import AGENT_DRAIN_SECONDS, Pipeline, wait_for_first_sample
 from collector.recording import Recording, Retention
 from collector.sampler import SamplerConfig, SamplerError, parse_interval
 from collector.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
@@ -220,8 +220,13 @@ class Agent:
     """The running agent: pipeline plus metrics server; start() then stop()."""
 
     def __init__(
-        self, settings: AgentSettings, trace: TraceWriter | Recording | None = None
+        self,
+        settings: AgentSettings,
+        trace: TraceWriter | Recording | None = None,
+        drain_seconds: float = AGENT_DRAIN_SECONDS,
     ) -> None:
+        """``drain_seconds``: how often the detectors catch up with the sampler; a live
+        view on the same pipeline (the demo) wants collector.pipeline.DRAIN_SECONDS."""
         self.settings = settings
         self.pipeline = Pipeline(
             settings.source,
@@ -230,13 +235,14 @@ class Agent:
             settings.source.slow_sources(),
             settings.slow_interval_seconds,
             trace,
+            drain_seconds,
         )
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = BurstscopeCollector(self.pipeline.snapshot, __version__)
         self.registry.register(self.collector)
         # process_cpu_seconds_total, process_resident_memory_bytes, ... of this (the main)
-        # process, for the agent's own cost on the fleet dashboard. The sampler is a child
-        # process and is not included.
+        # process, for the agent's own cost on the fleet dashboard; the sampler process's
+        # CPU and memory are burstscope_sampler_* beside them.
         ProcessCollector(registry=self.registry)
         self.mqtt: MqttHandle | None = None
         self.server: MetricsServer | None = None

@@ -8,6 +8,7 @@ and its HELP live in ``HELP``; the README's metric table is generated from it.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -119,6 +120,11 @@ HELP: dict[str, str] = {
     "burstscope_recording_bytes": "Bytes of closed pieces kept under the recording "
     "directory, after retention (recording.max_bytes, recording.max_age).",
     "burstscope_recording_deleted_pieces_total": "Pieces deleted by retention, oldest first.",
+    "burstscope_sampler_cpu_seconds_total": "User and system CPU time of the sampler process "
+    "(/proc/PID/stat, read at scrape time); the agent's main process is process_cpu_seconds"
+    "_total, so their sum is the whole agent. Restarts from 0 with a new sampler process.",
+    "burstscope_sampler_resident_memory_bytes": "Resident set size of the sampler process "
+    "(/proc/PID/stat); the main process is process_resident_memory_bytes.",
     "burstscope_ring_lost_samples_total": "Ticks overwritten in the ring before the agent "
     "read them (the consumer fell more than 60 s behind).",
     "burstscope_source_read_duration_seconds": "Duration of one read of a source: one "
@@ -157,6 +163,31 @@ _RDMA_BYTES = (
 _SATURATING = frozenset(
     name for name, spec in PORT_COUNTER_SPECS.items() if spec.kind is CounterKind.SATURATING
 )
+
+
+_CLOCK_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def process_cost(pid: int, proc: str = "/proc") -> tuple[float, int] | None:
+    """(CPU seconds, resident bytes) of a process, or None once it is gone.
+
+    Read as prometheus-client's ProcessCollector reads its own process: utime + stime
+    (fields 14 and 15 of proc(5)'s /proc/PID/stat, in clock ticks) and rss (field 24, in
+    pages). The command name (field 2) may hold spaces and ")", so fields are counted
+    from after the last ")".
+    """
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as file:
+            text = file.read()
+    except OSError:
+        return None
+    fields = text.rpartition(b")")[2].split()
+    try:
+        cpu = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS_PER_SECOND
+        return cpu, int(fields[21]) * _PAGE_BYTES
+    except (IndexError, ValueError):
+        return None
 
 
 def _bound(value: float) -> str:
@@ -400,6 +431,11 @@ class BurstscopeCollector(Collector):
         out.gauge("burstscope_sampler_interval_seconds", (), [], health.interval_ns / 1e9)
         out.gauge("burstscope_sampler_up", (), [], 1.0 if health.sampler_alive else 0.0)
         out.gauge("burstscope_sampler_realtime", (), [], 1.0 if health.realtime else 0.0)
+        # The sampler's own cost, so a fleet panel can show the whole agent per node.
+        cost = process_cost(health.sampler_pid) if health.sampler_pid > 0 else None
+        if cost is not None:
+            out.counter("burstscope_sampler_cpu_seconds_total", (), [], cost[0])
+            out.gauge("burstscope_sampler_resident_memory_bytes", (), [], cost[1])
         out.counter("burstscope_ring_lost_samples_total", (), [], health.lost_rows)
         for component, restarts in sorted(health.restarts.items()):
             out.counter("burstscope_restarts_total", ("component",), [component], restarts)

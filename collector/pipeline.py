@@ -1,15 +1,16 @@
 """The agent's consumer side: sampler ring -> streaming detectors -> live state, in one thread.
 
-Every 100 ms the pipeline drains the ring, feeds each port direction's analyzer and live
-figures, and hands closed bursts to listeners (MQTT, the terminal view). Readers (the
-exporter's scrape threads, the terminal view) take an immutable snapshot under a lock,
-so a scrape never sees half an update and never changes anything.
+Every ``drain_seconds`` the pipeline drains the ring, feeds each port direction's analyzer
+and live figures, and hands closed bursts to listeners (MQTT, the terminal view). Readers
+(the exporter's scrape threads, the terminal view, MQTT) take an immutable snapshot: it is
+built when a reader asks for it, at most once per drain, under the lock the feeding holds,
+so a scrape never sees half an update, never changes anything, and nothing is copied for
+a reader that never comes (Prometheus asks every 15 s; the drain runs ten times as often).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import logging
 import queue
@@ -36,7 +37,11 @@ from detectors.distributions import utilization_quantile
 from detectors.live import LiveDirection, cumulative_counts
 
 _LOG = logging.getLogger(__name__)
+# How often the ring is drained through the detectors. Each drain costs a fixed numpy
+# overhead per port direction, so fewer, larger drains cost less per sample (bench/detection.py
+# measures both); the agent drains every second, the interactive view ten times a second.
 DRAIN_SECONDS = 0.1
+AGENT_DRAIN_SECONDS = 1.0
 # Sampler lateness and read durations, in seconds: 1 us .. 10 ms.
 TIMING_BUCKETS_SECONDS = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2)
 
@@ -66,7 +71,7 @@ class DirectionView:
     """What readers see of one port direction."""
 
     bytes_total: int  # the counter as last read (x4 already), as node_exporter exports it
-    live: LiveDirection  # a copy, owned by the snapshot
+    live: LiveDirection  # a copy, owned by the snapshot (LiveDirection.copy)
     saturated_seconds: float
     hidden_saturated_seconds: float  # saturated inside coarse windows that look quiet
     resets: int
@@ -103,6 +108,7 @@ class Health:
     read_sum_seconds: float
     heartbeat_ns: int
     restarts: dict[str, int] = field(default_factory=dict)  # by component: sampler, slow_poller
+    sampler_pid: int = 0  # 0 while no sampler process runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +168,10 @@ class Pipeline:
         slow_sources: Sequence[SlowSource] = (),
         slow_interval_seconds: float = 1.0,
         trace: TraceWriter | Recording | None = None,
+        drain_seconds: float = DRAIN_SECONDS,
     ) -> None:
         self.source = source
+        self.drain_seconds = drain_seconds
         # When set, every sample is also recorded; a failing recording pauses, never more.
         self.trace = Recording(trace) if isinstance(trace, TraceWriter) else trace
         self.thresholds = thresholds or Thresholds()
@@ -186,8 +194,11 @@ class Pipeline:
         self._lateness_sum = 0.0
         self._reads = np.zeros(len(TIMING_BUCKETS_SECONDS) + 1, dtype=np.int64)
         self._read_sum = 0.0
-        # What readers see: rebuilt by every drain, immutable, swapped in under the lock.
-        self._views = tuple(self._view(state) for state in self._ports)
+        # What readers see: built on demand from the state as of the latest drain (the
+        # generation), immutable, kept until a drain changes the state again.
+        self._generation = 0
+        self._views: tuple[PortView, ...] = ()
+        self._views_generation = -1
         self._views_now_ns = 0
         # Ticks of samplers replaced by a restart or a reload, so the totals stay monotonic.
         self._ticks_before = 0
@@ -276,12 +287,16 @@ class Pipeline:
         return tuning_notes(self._ring, self.sampler.config) if self._ring is not None else []
 
     def _run(self) -> None:
-        while not self._stop.wait(DRAIN_SECONDS):
+        # Supervision and reload requests keep the 100 ms cadence whatever the drain's.
+        next_drain = time.monotonic() + self.drain_seconds
+        while not self._stop.wait(min(DRAIN_SECONDS, self.drain_seconds)):
             self._run_requests()
-            try:
-                self.drain()
-            except Exception:  # keep serving; the failure shows in the log and health
-                _LOG.exception("pipeline drain failed")
+            if time.monotonic() >= next_drain:
+                next_drain = time.monotonic() + self.drain_seconds
+                try:
+                    self.drain()
+                except Exception:  # keep serving; the failure shows in the log and health
+                    _LOG.exception("pipeline drain failed")
             if self.failure is None:
                 try:
                     self._supervise()
@@ -405,8 +420,9 @@ class Pipeline:
     def _drain(self) -> None:
         assert self._reader is not None
         reader = self._reader
-        # One drain at a time feeds the analyzers (the drain lock); readers see the views
-        # built below, swapped in whole under the view lock, so scrapes never wait on it.
+        # One drain at a time (the drain lock). Reading the ring and recording happen
+        # outside the state lock; feeding holds it, so a reader building its snapshot
+        # waits at most for one feed, never for a recording's piece to close.
         missing_before = list(reader.missing_by_port)
         refused_before = [dict(refused) for refused in reader.refused_by_port]
         columns, lateness, read_ns = reader.poll_with_timing()
@@ -431,6 +447,33 @@ class Pipeline:
                 rows,
             )
         closed: list[tuple[PortSpec, str, Bursts]] = []
+        with self._lock:
+            self._feed_ports(columns, missing_before, refused_before, changes, cuts, closed)
+            self._generation += 1
+            if lateness.size:
+                seconds = lateness / 1e9
+                self._lateness += cumulative_counts(seconds, TIMING_BUCKETS_SECONDS)
+                self._lateness_sum += float(seconds.sum())
+            if read_ns.size:
+                seconds = read_ns / 1e9
+                self._reads += cumulative_counts(seconds, TIMING_BUCKETS_SECONDS)
+                self._read_sum += float(seconds.sum())
+        for spec, direction, bursts in closed:
+            for listener in self.listeners:
+                listener(spec, direction, bursts)
+
+    def _feed_ports(
+        self,
+        columns: list[PortColumns],
+        missing_before: list[int],
+        refused_before: list[dict[tuple[str, str], int]],
+        changes: dict[int, tuple[int, int]],
+        cuts: dict[int, int],
+        closed: list[tuple[PortSpec, str, Bursts]],
+    ) -> None:
+        """Every port's new samples into its analyzers and live figures (the state lock held)."""
+        reader = self._reader
+        assert reader is not None
         for index, (state, port) in enumerate(zip(self._ports, columns, strict=True)):
             state.failed_reads += reader.missing_by_port[index] - missing_before[index]
             for key, count in reader.refused_by_port[index].items():
@@ -459,21 +502,6 @@ class Pipeline:
                 if number == 1:
                     self._apply_rate(state, changes[index][0])
                 self._feed(state, port, piece, closed)
-        views = tuple(self._view(state) for state in self._ports)
-        with self._lock:
-            self._views = views
-            self._views_now_ns = self._now_ns
-            if lateness.size:
-                seconds = lateness / 1e9
-                self._lateness += cumulative_counts(seconds, TIMING_BUCKETS_SECONDS)
-                self._lateness_sum += float(seconds.sum())
-            if read_ns.size:
-                seconds = read_ns / 1e9
-                self._reads += cumulative_counts(seconds, TIMING_BUCKETS_SECONDS)
-                self._read_sum += float(seconds.sum())
-        for spec, direction, bursts in closed:
-            for listener in self.listeners:
-                listener(spec, direction, bursts)
 
     @staticmethod
     def _with_rates(
@@ -511,6 +539,12 @@ class Pipeline:
 
     def snapshot(self) -> Snapshot:
         with self._lock:
+            if self._views_generation != self._generation:
+                # The first reader since the latest drain builds the views; later readers
+                # (another Prometheus, top, MQTT) share them until the next drain.
+                self._views = tuple(self._view(state) for state in self._ports)
+                self._views_generation = self._generation
+                self._views_now_ns = self._now_ns
             ports = self._views
             ring = self._ring
             health = Health(
@@ -529,6 +563,7 @@ class Pipeline:
                 restarts={
                     watch.name: watch.restarts for watch in (self._sampler_watch, self._slow_watch)
                 },
+                sampler_pid=ring.get(Field.PID) if ring and self.sampler.alive else 0,
             )
             now = self._views_now_ns
         slow = self.slow.snapshot() if self.slow is not None else None
@@ -552,7 +587,7 @@ class Pipeline:
             analyzer = state.analyzers[direction] if state.analyzers is not None else None
             directions[direction] = DirectionView(
                 bytes_total=state.latest[direction],
-                live=copy.deepcopy(state.live[direction]),
+                live=state.live[direction].copy(),
                 saturated_seconds=analyzer.saturated_ns / 1e9 if analyzer else 0.0,
                 hidden_saturated_seconds=analyzer.hidden_saturated_ns / 1e9 if analyzer else 0.0,
                 resets=analyzer.resets if analyzer else 0,
@@ -666,14 +701,13 @@ class Pipeline:
         ports = [
             kept.get((spec.device, spec.port)) or self._new_port(spec) for spec in source.ports
         ]
-        views = tuple(self._view(state) for state in ports)
         with self._lock:
             old = self.sampler
             if self._ring is not None:
                 self._ticks_before += self._ring.get(Field.TICKS)
                 self._missed_before += self._ring.get(Field.MISSED_TICKS)
             self._ports = ports
-            self._views = views
+            self._generation += 1
             self.source = source
             self.sampler = sampler
             self._ring = ring

@@ -65,6 +65,28 @@ class LiveDirection:
     # (wall-clock second, bursts that ended in it), for the trailing burst rate.
     burst_ends: deque[tuple[int, int]] = field(default_factory=deque)
 
+    def copy(self) -> LiveDirection:
+        """An independent copy for a reader, at the cost of the few arrays and deques held.
+
+        The deques hold immutable tuples, so copying the deques copies everything; a
+        ``copy.deepcopy`` would walk every tuple and cost tens of times more.
+        """
+        return LiveDirection(
+            samples=self.samples,
+            utilization_sum=self.utilization_sum,
+            utilization_buckets=self.utilization_buckets.copy(),
+            bursts=self.bursts,
+            burst_bytes=self.burst_bytes,
+            burst_seconds_sum=self.burst_seconds_sum,
+            burst_duration_buckets=self.burst_duration_buckets.copy(),
+            first_ns=self.first_ns,
+            latest_ns=self.latest_ns,
+            latest_utilization=self.latest_utilization,
+            slots=deque(self.slots),
+            seconds=deque(self.seconds),
+            burst_ends=deque(self.burst_ends),
+        )
+
     def update(self, chunk: Chunk) -> None:
         valid = chunk.valid
         utilization = chunk.utilization[valid]

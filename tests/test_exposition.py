@@ -25,7 +25,7 @@ from tests.emulated_node import EmulatedNode, running_agent, scrape
 GOLDEN = FIXTURES / "exposition.golden.prom"
 SERIES_BUDGET_PER_PORT = 60
 # Families whose values depend on time or on the machine: ticks, timing, sample counts,
-# poll counts, and whether the sampler got SCHED_FIFO.
+# poll counts, whether the sampler got SCHED_FIFO, and the agent's own CPU and memory.
 VOLATILE = (
     "burstscope_port_utilization_ratio",
     "burstscope_sampler_ticks_total",
@@ -35,6 +35,8 @@ VOLATILE = (
     "burstscope_source_read_duration_seconds",
     "burstscope_source_errors_total",
     "burstscope_scrape_duration_seconds",
+    "burstscope_sampler_cpu_seconds_total",
+    "burstscope_sampler_resident_memory_bytes",
     # prometheus-client's ProcessCollector: the agent process's own CPU, memory, fds.
     "process_",
 )

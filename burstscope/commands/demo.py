@@ -25,6 +25,7 @@ from burstscope.report_view import print_table, to_json
 from collector.discovery import DEFAULT_SYSFS_ROOT
 from collector.http import DEFAULT_LISTEN
 from collector.mqtt import MqttSettingsError, add_mqtt_arguments, mqtt_settings_from_args
+from collector.pipeline import AGENT_DRAIN_SECONDS, DRAIN_SECONDS
 from collector.sampler import SamplerConfig
 from collector.simulation.profiles import DEFAULT_PROFILE, PROFILES
 from collector.sources.base import SourceError
@@ -81,7 +82,12 @@ def run(args: argparse.Namespace) -> int:
         mqtt=mqtt,
         source_spec=f"sim:{args.profile}",
     )
-    agent = Agent(settings, TraceWriter(path, info=trace_info(settings)))
+    # The live view redraws four times a second: drain as often as a top does.
+    agent = Agent(
+        settings,
+        TraceWriter(path, info=trace_info(settings)),
+        drain_seconds=AGENT_DRAIN_SECONDS if args.json else DRAIN_SECONDS,
+    )
     stop = stop_on_signals()
     agent.start()
     assert agent.server is not None
