@@ -308,8 +308,14 @@ def build_reference() -> Path:
 
 
 def run_reference(
-    binary: Path, config: Configuration, cpu: int, duration: float, clock: CpuClock
+    binary: Path,
+    config: Configuration,
+    cpu: int,
+    duration: float,
+    clock: CpuClock,
+    files: list[str] | None = None,
 ) -> Measurement:
+    """The C loop over ``files`` (default: the configuration's netdev counter files)."""
     max_ticks = int(duration * 1e9 / config.interval_ns * 1.5) + 1000
     with tempfile.TemporaryDirectory(prefix="burstscope-bench-") as scratch:
         out = Path(scratch) / "reference.bin"
@@ -321,7 +327,7 @@ def run_reference(
             str(TIMER_SLACK_NS),
             str(max_ticks),
             str(out),
-            *counter_files(config.interfaces),
+            *(files if files is not None else counter_files(config.interfaces)),
         ]
         with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
             assert process.stdout is not None

@@ -1,0 +1,494 @@
+"""The whole agent's cost, as an operator measures it, against the C floor in the same run.
+
+``python bench/agent.py --json`` prints ONE JSON line. In one run, on this machine:
+
+1. ``burstscope simulate --sysfs DIR`` writes the emulated 9-port tree (18 data counter
+   files updated every millisecond) for the whole run.
+2. The C reference loop of ``bench/sampler.py`` (``clock_nanosleep`` to absolute deadlines,
+   ``pread`` + parse + stamp of the same 18 files at 1 kHz, SCHED_FIFO 10, pinned as the
+   sampler pins itself) runs ``--duration`` seconds, in two halves: one before the agents,
+   one after, so a drift in the shared machine's speed weighs on both alike.
+3. The real ``burstscope agent`` (the console script, default settings, 1 ms) runs on
+   (a) ``--sysfs-root DIR`` and (b) ``--source sim``. For each: the time from exec to
+   ``/metrics`` answering with the sampler ticking (``ready_seconds``); then, after a settle,
+   a ``--duration`` window with a Prometheus-like scrape every 15 s, over which the CPU time
+   of every process in the agent's tree is read from ``/proc/PID/stat`` (utime + stime, all
+   threads): the main process, the sampler process, and the rest (multiprocessing's resource
+   tracker). PSS and RSS of the whole tree come from ``/proc/PID/smaps_rollup`` at the end
+   of the window. The missed-tick fraction is the window's increase of
+   ``burstscope_sampler_missed_ticks_total`` over ticks + missed. A window of 30 s holds
+   three scrapes, too few for a p99, so after the window 40 more scrapes, 0.25 s apart,
+   join them for ``scrape_p50_ms`` / ``scrape_p99_ms`` (full HTTP GET, body read).
+4. node_exporter's InfiniBand collector on the same tree, the same window and scrapes, when
+   ``prometheus-node-exporter`` is installed (``node_exporter`` key; null otherwise).
+5. CPU time of ``burstscope --version`` and ``burstscope discover --sysfs-root DIR``
+   (getrusage of the child), the best of three.
+
+CPU figures are percent of one core over the window. Targets (issue 12), each with its
+verdict under ``targets``: whole agent CPU <= 2.0x the C loop (each source), main process
+<= 3% of a core, PSS of the tree <= 100 MB, scrape p99 <= 20 ms, missed ticks <= the C
+loop's + 0.001, ready <= 2 s, ``--version`` and ``discover`` <= 0.25 s CPU. The
+``loadavg`` before and after says how shared the machine was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.sampler import (  # noqa: E402
+    Configuration,
+    CpuClock,
+    Measurement,
+    build_reference,
+    default_cpu,
+    run_reference,
+)
+
+INTERVAL_NS = 1_000_000
+SCRAPE_EVERY_SECONDS = 15.0
+LATENCY_SCRAPES = 40
+SETTLE_SECONDS = 3.0
+TICKS = os.sysconf("SC_CLK_TCK")
+TARGETS = {
+    "agent_cpu_ratio_vs_c": 2.0,
+    "main_cpu_percent": 3.0,
+    "pss_mb": 100.0,
+    "scrape_p99_ms": 20.0,
+    "missed_ticks_over_c": 0.001,
+    "ready_seconds": 2.0,
+    "command_cpu_seconds": 0.25,
+}
+
+
+class StatClock(CpuClock):
+    """CPU seconds of a whole process (every thread) from /proc/PID/stat, as `top` reads it."""
+
+    def __init__(self) -> None:
+        self.name = "stat"
+
+    def seconds(self, pid: int) -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def loadavg() -> list[float]:
+    return [float(value) for value in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def burstscope_command() -> list[str]:
+    """The console script an operator runs, beside this interpreter; else ``-m burstscope``."""
+    script = Path(sys.executable).parent / "burstscope"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "burstscope"]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, from the ppid field of /proc/*/stat."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def role(pid: int) -> str:
+    """main, sampler (multiprocessing spawn child) or other (the resource tracker)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return "other"
+    if b"resource_tracker" in command:
+        return "other"
+    if b"multiprocessing.spawn" in command or b"spawn_main" in command:
+        return "sampler"
+    return "other"
+
+
+def memory_kb(pid: int) -> tuple[int, int]:
+    """(PSS, RSS) in kB from /proc/PID/smaps_rollup."""
+    pss = rss = 0
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                pss = int(line.split()[1])
+            elif line.startswith("Rss:"):
+                rss = int(line.split()[1])
+    return pss, rss
+
+
+def scrape(url: str) -> tuple[float, str]:
+    """Seconds for one whole GET, and the body."""
+    began = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=10) as response:
+        body = response.read().decode()
+    return time.perf_counter() - began, body
+
+
+def metric(body: str, name: str) -> float | None:
+    match = re.search(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$", body, flags=re.MULTILINE)
+    return float(match.group(1)) if match else None
+
+
+@dataclass
+class Tree:
+    """A process and its descendants, CPU read per role."""
+
+    pid: int
+
+    def cpu(self) -> dict[str, float]:
+        out = {"main": 0.0, "sampler": 0.0, "other": 0.0}
+        with contextlib.suppress(OSError):
+            out["main"] = StatClock().seconds(self.pid)
+        for child in descendants(self.pid):
+            with contextlib.suppress(OSError):
+                out[role(child)] += StatClock().seconds(child)
+        return out
+
+    def memory_mb(self) -> tuple[float, float]:
+        pss = rss = 0
+        for pid in [self.pid, *descendants(self.pid)]:
+            p, r = memory_kb(pid)
+            pss += p
+            rss += r
+        return round(pss / 1024, 1), round(rss / 1024, 1)
+
+
+def measure_window(
+    tree: Tree, url: str, duration: float, scrape_every: float = SCRAPE_EVERY_SECONDS
+) -> dict[str, Any]:
+    """CPU of the tree over ``duration`` s with a scrape every ``scrape_every`` s from its start."""
+    latencies: list[float] = []
+    seconds, body = scrape(url)
+    latencies.append(seconds)
+    ticks0 = metric(body, "burstscope_sampler_ticks_total")
+    missed0 = metric(body, "burstscope_sampler_missed_ticks_total")
+    cpu0, wall0 = tree.cpu(), time.monotonic()
+    end = wall0 + duration
+    next_scrape = wall0 + scrape_every
+    while (now := time.monotonic()) < end:
+        time.sleep(max(0.0, min(next_scrape, end) - now))
+        if time.monotonic() >= next_scrape:
+            seconds, body = scrape(url)
+            latencies.append(seconds)
+            next_scrape += scrape_every
+    cpu1, wall1 = tree.cpu(), time.monotonic()
+    pss, rss = tree.memory_mb()
+    seconds, body = scrape(url)
+    latencies.append(seconds)
+    wall = wall1 - wall0
+    share = {key: (cpu1[key] - cpu0[key]) / wall * 100 for key in cpu0}
+    out: dict[str, Any] = {
+        "cpu_percent": round(sum(share.values()), 3),
+        "main_cpu_percent": round(share["main"], 3),
+        "sampler_cpu_percent": round(share["sampler"], 3),
+        "other_cpu_percent": round(share["other"], 3),
+        "pss_mb": pss,
+        "rss_mb": rss,
+        "window_seconds": round(wall, 2),
+        "latencies": latencies,
+    }
+    ticks1 = metric(body, "burstscope_sampler_ticks_total")
+    missed1 = metric(body, "burstscope_sampler_missed_ticks_total")
+    if None not in (ticks0, missed0, ticks1, missed1):
+        ticks = ticks1 - ticks0  # type: ignore[operator]
+        missed = missed1 - missed0  # type: ignore[operator]
+        out["missed_tick_fraction"] = round(missed / max(1.0, ticks + missed), 6)
+        out["ticks"] = int(ticks)
+    return out
+
+
+@contextlib.contextmanager
+def running(command: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], started: float) -> float:
+    """Seconds from exec until /metrics answers with the sampler ticking."""
+    while time.monotonic() - started < 60:
+        if process.poll() is not None:
+            raise RuntimeError(f"agent exited with status {process.returncode}")
+        with contextlib.suppress(OSError):
+            _, body = scrape(url)
+            ticks = metric(body, "burstscope_sampler_ticks_total")
+            if ticks is not None and ticks > 0:
+                return time.monotonic() - started
+        time.sleep(0.01)
+    raise RuntimeError("agent not ready within 60 s")
+
+
+def run_agent(args: list[str], duration: float, scratch: Path, name: str) -> dict[str, Any]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    command = [*burstscope_command(), "agent", "--listen", f"127.0.0.1:{port}", *args]
+    started = time.monotonic()
+    with running(command, scratch / f"agent-{name}.log") as process:
+        ready = wait_ready(url, process, started)
+        time.sleep(SETTLE_SECONDS)
+        result = measure_window(Tree(process.pid), url, duration)
+        for _ in range(LATENCY_SCRAPES):
+            time.sleep(0.25)
+            result["latencies"].append(scrape(url)[0])
+    latencies = np.array(result.pop("latencies")) * 1e3
+    result["ready_seconds"] = round(ready, 3)
+    result["scrape_p50_ms"] = round(float(np.percentile(latencies, 50)), 2)
+    result["scrape_p99_ms"] = round(float(np.percentile(latencies, 99)), 2)
+    result["scrapes"] = int(latencies.size)
+    return result
+
+
+def node_exporter_binary() -> str | None:
+    for name in ("prometheus-node-exporter", "node_exporter"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def run_node_exporter(tree: Path, duration: float, scratch: Path) -> dict[str, Any] | None:
+    binary = node_exporter_binary()
+    if binary is None:
+        return None
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    command = [
+        binary,
+        f"--path.sysfs={tree}",
+        "--collector.disable-defaults",
+        "--collector.infiniband",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    with running(command, scratch / "node-exporter.log") as process:
+        started = time.monotonic()
+        while True:
+            with contextlib.suppress(OSError):
+                scrape(url)
+                break
+            if time.monotonic() - started > 30 or process.poll() is not None:
+                return None
+            time.sleep(0.05)
+        time.sleep(SETTLE_SECONDS)
+        result = measure_window(Tree(process.pid), url, duration)
+        _, body = scrape(url)
+    latencies = np.array(result.pop("latencies")) * 1e3
+    result["scrape_p50_ms"] = round(float(np.percentile(latencies, 50)), 2)
+    result["infiniband_series"] = sum(
+        1 for line in body.splitlines() if line.startswith("node_infiniband_")
+    )
+    result["binary"] = binary
+    for key in ("main_cpu_percent", "sampler_cpu_percent", "other_cpu_percent"):
+        result.pop(key)
+    return result
+
+
+def command_cpu_seconds(arguments: list[str]) -> float:
+    """Best of three: user + system CPU of one run of ``burstscope ARGUMENTS``."""
+    best = float("inf")
+    for _ in range(3):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(
+            [*burstscope_command(), *arguments], check=True, capture_output=True, timeout=60
+        )
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        best = min(best, used)
+    return round(best, 3)
+
+
+def counter_files(tree: Path) -> list[str]:
+    """The 18 data counter files of the emulated node, in port order."""
+    files = []
+    for port in sorted(tree.glob("class/infiniband/*/ports/*")):
+        files += [str(port / "counters/port_xmit_data"), str(port / "counters/port_rcv_data")]
+    return files
+
+
+def wait_for_tree(tree: Path, writer: subprocess.Popen[bytes], ports: int = 9) -> None:
+    deadline = time.monotonic() + 60
+    while len(counter_files(tree)) < 2 * ports or not all(
+        Path(f).exists() for f in counter_files(tree)
+    ):
+        if writer.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("burstscope simulate --sysfs did not write the tree")
+        time.sleep(0.05)
+    time.sleep(1.0)  # past the first updates
+
+
+def verdicts(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    c = result["c_loop"]
+    out: dict[str, dict[str, Any]] = {}
+
+    def judge(name: str, value: float | None, target: float) -> None:
+        out[name] = {
+            "value": value,
+            "target": target,
+            "met": value is not None and value <= target,
+        }
+
+    for source in ("sysfs", "sim"):
+        agent = result[source]
+        judge(
+            f"{source}_agent_cpu_ratio_vs_c",
+            agent["cpu_ratio_vs_c"],
+            TARGETS["agent_cpu_ratio_vs_c"],
+        )
+        judge(f"{source}_main_cpu_percent", agent["main_cpu_percent"], TARGETS["main_cpu_percent"])
+        judge(f"{source}_pss_mb", agent["pss_mb"], TARGETS["pss_mb"])
+        judge(f"{source}_scrape_p99_ms", agent["scrape_p99_ms"], TARGETS["scrape_p99_ms"])
+        judge(
+            f"{source}_missed_tick_fraction",
+            agent.get("missed_tick_fraction"),
+            round(c["missed_tick_fraction"] + TARGETS["missed_ticks_over_c"], 6),
+        )
+        judge(f"{source}_ready_seconds", agent["ready_seconds"], TARGETS["ready_seconds"])
+    for name, value in result["commands_cpu_seconds"].items():
+        judge(f"{name}_cpu_seconds", value, TARGETS["command_cpu_seconds"])
+    return out
+
+
+def summary(result: dict[str, Any]) -> str:
+    c = result["c_loop"]
+    lines = [
+        f"load average before {result['loadavg_before']} after {result['loadavg_after']}",
+        f"C loop, 18 files at 1 kHz: {c['cpu_percent']:.2f}% of a core, missed "
+        f"{c['missed_tick_fraction']:.6f}",
+    ]
+    for source in ("sysfs", "sim"):
+        a = result[source]
+        lines.append(
+            f"agent {source:5}: {a['cpu_percent']:.2f}% (main {a['main_cpu_percent']:.2f}, "
+            f"sampler {a['sampler_cpu_percent']:.2f}, other {a['other_cpu_percent']:.2f}) "
+            f"= {a['cpu_ratio_vs_c']}x C; PSS {a['pss_mb']} MB, RSS {a['rss_mb']} MB; scrape "
+            f"p50 {a['scrape_p50_ms']} / p99 {a['scrape_p99_ms']} ms; missed "
+            f"{a.get('missed_tick_fraction')}; ready in {a['ready_seconds']} s"
+        )
+    node = result["node_exporter"]
+    if node is not None:
+        lines.append(
+            f"node_exporter (infiniband collector): {node['cpu_percent']:.2f}%, "
+            f"PSS {node['pss_mb']} MB, RSS {node['rss_mb']} MB"
+        )
+    else:
+        lines.append("node_exporter: not installed")
+    lines.append(f"commands: {result['commands_cpu_seconds']}")
+    for name, verdict in result["targets"].items():
+        mark = "met" if verdict["met"] else "MISSED"
+        lines.append(f"  {name:34} {verdict['value']!s:>10} <= {verdict['target']!s:8} {mark}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--duration", type=float, default=30.0, help="measured seconds per agent (>= 30)"
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON line")
+    parser.add_argument("--no-node-exporter", action="store_true", help="skip node_exporter")
+    args = parser.parse_args(argv)
+    if args.duration <= 0:
+        parser.error("--duration must be positive")
+    binary = build_reference()
+    cpu = default_cpu()
+    result: dict[str, Any] = {"benchmark": "agent_cost", "loadavg_before": loadavg()}
+    with tempfile.TemporaryDirectory(prefix="burstscope-bench-agent-") as scratch_name:
+        scratch = Path(scratch_name)
+        tree = scratch / "sysfs"
+        total = 4 * args.duration + 200
+        writer_command = [
+            *burstscope_command(),
+            "simulate",
+            "--sysfs",
+            str(tree),
+            "--duration",
+            str(total),
+        ]
+        with running(writer_command, scratch / "simulate.log") as writer:
+            wait_for_tree(tree, writer)
+            files = counter_files(tree)
+            config = Configuration("1ms-sysfs", INTERVAL_NS, ())
+            half = args.duration / 2
+            clock = StatClock()
+            reference: Measurement = run_reference(binary, config, cpu, half, clock, files)
+            result["sysfs"] = run_agent(
+                ["--sysfs-root", str(tree)], args.duration, scratch, "sysfs"
+            )
+            result["sim"] = run_agent(["--source", "sim"], args.duration, scratch, "sim")
+            reference += run_reference(binary, config, cpu, half, clock, files)
+            result["node_exporter"] = (
+                None if args.no_node_exporter else run_node_exporter(tree, args.duration, scratch)
+            )
+            result["commands_cpu_seconds"] = {
+                "version": command_cpu_seconds(["--version"]),
+                "discover": command_cpu_seconds(["discover", "--sysfs-root", str(tree)]),
+            }
+    c_percent = reference.cpu_seconds / args.duration * 100
+    result["c_loop"] = {
+        "cpu_percent": round(c_percent, 3),
+        "missed_tick_fraction": round(reference.missed_fraction, 6),
+        "ticks": reference.ticks,
+        "realtime": reference.realtime,
+        "cpu": reference.cpu,
+        "files": len(files),
+    }
+    for source in ("sysfs", "sim"):
+        agent = result[source]
+        agent["cpu_ratio_vs_c"] = round(agent["cpu_percent"] / c_percent, 3) if c_percent else None
+    result["duration_s"] = args.duration
+    result["cpu_clock"] = "stat"
+    result["loadavg_after"] = loadavg()
+    result["targets"] = verdicts(result)
+    result["targets_met"] = all(v["met"] for v in result["targets"].values())
+    print(json.dumps(result) if args.json else summary(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
