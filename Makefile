@@ -14,12 +14,12 @@ setup: $(ALL_STAMP)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(ALL_STAMP): pyproject.toml | $(BIN)/python
+$(ALL_STAMP): pyproject.toml setup.py collector/sources/_tick.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[all]'
 	touch $@ $(DEMO_STAMP)
 
 # The package and its four runtime dependencies, nothing for tests, lint or plots.
-$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+$(DEMO_STAMP): pyproject.toml setup.py collector/sources/_tick.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
 	touch $@
 
@@ -37,7 +37,7 @@ test: $(ALL_STAMP) system-packages
 
 # Each benchmark prints one JSON line (sampler: one per configuration) and compares
 # against a reference measured in the same run.
-BENCHMARKS ?= sampler detection simulate demo exporter capture mqtt fleet fleet_report
+BENCHMARKS ?= sampler agent detection simulate demo exporter capture mqtt fleet fleet_report
 
 bench: $(ALL_STAMP)
 	@for name in $(BENCHMARKS); do $(BIN)/python bench/$$name.py --json || exit 1; done
@@ -52,4 +52,4 @@ lint: $(ALL_STAMP)
 	@for file in bench/*.py; do $(BIN)/mypy $$file >/dev/null || { $(BIN)/mypy $$file; exit 1; }; done
 
 clean:
-	rm -rf $(VENV) bench/.build .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) bench/.build build collector/sources/_tick.*.so .pytest_cache .mypy_cache .ruff_cache .hypothesis

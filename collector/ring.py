@@ -29,6 +29,7 @@ from collector.sources.base import (
     STATUS_MISSING,
     STATUS_REBASELINE,
     PortSpec,
+    RecordLayout,
     SampleRow,
     bad_status,
     describe_bad_status,
@@ -59,10 +60,14 @@ class Field(enum.IntEnum):
     TIMER_SLACK_NS = 14
     REALTIME_ERRNO = 15  # why SCHED_FIFO was refused (errno); 0 when granted or not asked
     CPU_ERRNO = 16  # why pinning to a CPU was refused (errno); 0 otherwise
+    COMPILED_TICK = 17  # 1 when the tick runs in the compiled core (collector.sources._tick)
 
 
 # Plain ints: numpy indexes with an int faster than with an IntEnum (the writer's hot path).
 _HEAD = int(Field.HEAD)
+
+
+_PORT_COLUMNS = ("timestamp_ns", "xmit_bytes", "rcv_bytes", "read_ns", "status")
 
 
 class SamplerState(enum.IntEnum):
@@ -169,6 +174,12 @@ class Ring:
         layout, packer = _record_layout(ports)
         self._pack_into = packer.pack_into
         self._record_bytes = packer.size
+        # For a source that fills a record in place (the compiled tick): its columns' offsets.
+        self.layout = RecordLayout(
+            ports,
+            *(layout.fields[name][1] for name in _PORT_COLUMNS),  # type: ignore[index]
+        )
+        self._lateness_into = struct.Struct("=q").pack_into
         records: npt.NDArray[Any] = np.ndarray(
             (capacity,), dtype=layout, buffer=buffer, offset=_HEADER_WORDS * 8
         )
@@ -240,6 +251,29 @@ class Ring:
                 *safe.status,
             )
         header[_HEAD] = head + 1
+
+    @property
+    def buffer(self) -> memoryview:
+        """The whole shared block: header, then the records (writer side, in place)."""
+        return self._buffer
+
+    @property
+    def records_offset(self) -> int:
+        """Where in ``buffer`` the records start (after the header)."""
+        return _HEADER_WORDS * 8
+
+    @property
+    def record_bytes(self) -> int:
+        return self._record_bytes
+
+    def next_record(self) -> int:
+        """Writer side: the offset in ``buffer`` of the record the next tick fills."""
+        return _HEADER_WORDS * 8 + int(self.header[_HEAD]) % self.capacity * self._record_bytes
+
+    def commit(self, offset: int, lateness_ns: int) -> None:
+        """Writer side: the record at ``offset`` (next_record) is filled; it becomes visible."""
+        self._lateness_into(self._buffer, offset, lateness_ns)
+        self.header[_HEAD] += 1
 
     def read_since(self, cursor: int) -> tuple[int, RingRows]:
         """Reader side: the rows written since ``cursor``; returns the new cursor."""

@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import FrameType
@@ -126,6 +127,77 @@ def _wall_offset_ns() -> int:
     return best[1]
 
 
+# Why the compiled loop handed control back (collector/sources/_tick.c, run_ticks).
+_LOOP_STOPPED, _LOOP_PENDING, _LOOP_ORPHANED = 0, 1, 2
+LoopResult = tuple[int, int, int, int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Ticking:
+    """How the sampler ticks with a source: ``tick(lateness)`` reads and writes one tick;
+    with the compiled core, ``loop`` runs whole ticks in C and ``finish(offset, lateness)``
+    completes a tick it handed back."""
+
+    tick: Callable[[int], None]
+    loop: Callable[[int, int, int, int], LoopResult] | None = None
+    finish: Callable[[int, int], None] | None = None
+
+    @property
+    def compiled(self) -> bool:
+        return self.loop is not None
+
+
+def ticking_for(source: CounterSource, ring: Ring, interval_ns: int, spin_ns: int = 0) -> Ticking:
+    """The compiled tick when the source offers one (file sources built with
+    collector.sources._tick), else read_into a SampleRow that the ring packs."""
+    record_reader = getattr(source, "record_reader", None)  # optional: file sources only
+    reader = record_reader(ring.buffer, ring.layout) if record_reader else None
+    if reader is None:
+        row = SampleRow.for_ports(len(source.ports))
+        read_into = source.read_into
+        write = ring.write
+
+        def tick(lateness_ns: int) -> None:
+            read_into(row)
+            write(row, lateness_ns)
+
+        return Ticking(tick)
+    next_record, commit = ring.next_record, ring.commit
+    header = (
+        int(Field.HEAD),
+        int(Field.TICKS),
+        int(Field.MISSED_TICKS),
+        int(Field.STOP_REQUESTED),
+        int(Field.HEARTBEAT_NS),
+    )
+    records, capacity, record_bytes = ring.records_offset, ring.capacity, ring.record_bytes
+
+    def tick_in_place(lateness_ns: int) -> None:
+        offset = next_record()
+        reader(offset)
+        commit(offset, lateness_ns)
+
+    def loop(deadline: int, ticks: int, missed: int, parent: int) -> LoopResult:
+        return reader.run(  # type: ignore[no-any-return]
+            records,
+            capacity,
+            record_bytes,
+            header,
+            interval_ns,
+            spin_ns,
+            deadline,
+            ticks,
+            missed,
+            parent,
+        )
+
+    def finish(offset: int, lateness_ns: int) -> None:
+        reader.finish(offset)
+        commit(offset, lateness_ns)
+
+    return Ticking(tick_in_place, loop, finish)
+
+
 def run_loop(source: CounterSource, ring: Ring, interval_ns: int, spin_ns: int = 0) -> None:
     """Tick until asked to stop, on absolute deadlines.
 
@@ -133,13 +205,17 @@ def run_loop(source: CounterSource, ring: Ring, interval_ns: int, spin_ns: int =
     interval are skipped and counted as missed. Without that, a tick woken 1.4 ms late at
     1 ms would be followed 10 us later by the next, and a 10 us window holds one packet
     or none: a "burst" at 300% of line rate, or a silence, made by the scheduler.
+
+    With the compiled core this loop runs in C (run_ticks: the same rules, tick for tick)
+    for as long as every port reads cleanly; a tick with a port to retry, reopen or refuse
+    comes back here, is finished by the Python rules, and C carries on.
     """
     header = ring.header
-    row = SampleRow.for_ports(len(source.ports))
     clock = time.monotonic_ns
     sleep = time.sleep
-    read_into = source.read_into
-    write = ring.write
+    ticking = ticking_for(source, ring, interval_ns, spin_ns)
+    tick, loop, finish = ticking.tick, ticking.loop, ticking.finish
+    header[int(Field.COMPILED_TICK)] = int(ticking.compiled)
     # Plain ints: numpy indexes with an int about three times faster than with an IntEnum.
     stop, ticks_field, heartbeat, missed_field = (
         int(Field.STOP_REQUESTED),
@@ -153,15 +229,20 @@ def run_loop(source: CounterSource, ring: Ring, interval_ns: int, spin_ns: int =
     deadline = clock() + interval_ns
     half_interval = interval_ns // 2
     while not header[stop]:
-        wait = deadline - clock() - spin_ns
-        if wait > 0:
-            sleep(wait / 1e9)
-        if spin_ns:
-            while clock() < deadline:
-                pass
-        woke = clock()
-        read_into(row)
-        write(row, woke - deadline)
+        if loop is not None and finish is not None:
+            reason, deadline, ticks, missed, woke, offset = loop(deadline, ticks, missed, parent)
+            if reason != _LOOP_PENDING:
+                break  # stopped, or orphaned (the check below, made in C)
+            finish(offset, woke - deadline)
+        else:
+            wait = deadline - clock() - spin_ns
+            if wait > 0:
+                sleep(wait / 1e9)
+            if spin_ns:
+                while clock() < deadline:
+                    pass
+            woke = clock()
+            tick(woke - deadline)
         ticks += 1
         header[ticks_field] = ticks
         header[heartbeat] = woke

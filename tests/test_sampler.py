@@ -17,6 +17,7 @@ from collector.recorder import record
 from collector.ring import Field, Ring
 from collector.sampler import SamplerConfig, parse_interval
 from collector.sources.base import STATUS_REBASELINE, SampleRow
+from collector.sources.files import PURE_PYTHON_ENV, compiled_tick_available
 from collector.sources.netdev import NetdevSource
 from tests.processes import DEADLINE_SECONDS, wait_until
 
@@ -89,10 +90,17 @@ def test_record_loopback_at_one_millisecond(tmp_path: Path) -> None:
     assert columns["rebaseline"][0] and not columns["rebaseline"][1:].any()
 
 
-def test_samples_are_never_closer_than_half_an_interval(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tick", ["compiled", "python"])
+def test_samples_are_never_closer_than_half_an_interval(
+    tick: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Beside two busy loops the sampler runs late; the deadlines right after a late tick are
     skipped and counted, never run at once (two samples microseconds apart turn one packet
-    into a 'burst' at several times line rate)."""
+    into a 'burst' at several times line rate). Both loops: C (run_ticks) and Python."""
+    if tick == "python":
+        monkeypatch.setenv(PURE_PYTHON_ENV, "1")
+    elif not compiled_tick_available():
+        pytest.skip("built without the compiled tick")
     hog = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass"
     hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(2)]
     out = tmp_path / "trace"
@@ -108,10 +116,18 @@ def test_samples_are_never_closer_than_half_an_interval(tmp_path: Path) -> None:
     assert 2900 <= summary.rows + summary.missed_ticks <= 3100, summary
 
 
+@pytest.mark.parametrize("tick", ["compiled", "python"])
 def test_a_port_that_fails_mid_run_is_retried_and_rebaselined(
-    sysfs_copy: Path, tmp_path: Path
+    tick: str, sysfs_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One port's counter turns unreadable for a while; the other keeps its cadence."""
+    """One port's counter turns unreadable for a while; the other keeps its cadence.
+
+    Both ticks (collector/sources/files.py): the compiled core where it was built, and the
+    pure-Python path it falls back to (the spawned sampler inherits the switch)."""
+    if tick == "python":
+        monkeypatch.setenv(PURE_PYTHON_ENV, "1")
+    elif not compiled_tick_available():
+        pytest.skip("built without the compiled tick")
     bad = sysfs_copy / "class/net/dummy0/statistics/tx_bytes"
     source = NetdevSource(("ens1f1np1", "dummy0"), str(sysfs_copy))
     out = tmp_path / "trace"

@@ -119,6 +119,23 @@ class SampleRow:
         return cls([0] * count, [0] * count, [0] * count, [0] * count, [STATUS_OK] * count)
 
 
+@dataclass(frozen=True, slots=True)
+class RecordLayout:
+    """Where a tick's columns sit in one ring record, in bytes from the record's start.
+
+    collector.ring owns the layout and hands it to a source that can fill a record in place
+    (``record_reader``, an optional method of file sources with the compiled tick). Each
+    column holds ``ports`` 8-byte values (status: 1 byte each).
+    """
+
+    ports: int
+    timestamp_ns: int  # int64
+    xmit_bytes: int  # uint64
+    rcv_bytes: int  # uint64
+    read_ns: int  # int64
+    status: int  # uint8
+
+
 class CounterSource(Protocol):
     """A fast source: the data counters of its ports, read once per tick.
 

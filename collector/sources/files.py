@@ -4,12 +4,23 @@ Shared by the InfiniBand and netdev sources: the files differ, the mechanics do 
 ``os.pread(fd, n, 0)`` on an open sysfs attribute re-runs the driver's show() on every
 call (fs/kernfs/file.c resets the seq_file iterator at offset 0), so descriptors stay
 open for the life of the sampler and are reopened only after a failure.
+
+The tick has two implementations with the same results. Where the optional compiled core
+``collector.sources._tick`` was built (``pip install`` compiles it when a C compiler and
+the Python headers are present), one C call per tick reads every healthy port straight
+into the ring's record; the ports it cannot settle (closed, just reopened, a failed read,
+text that is not a plain decimal) are read again by the Python path below, which owns
+every fault rule. Without it, or with ``BURSTSCOPE_PURE_PYTHON_TICK=1``, the Python path
+reads every port.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import time
+from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from collector.discovery import DeviceInfo
@@ -21,16 +32,31 @@ from collector.sources.base import (
     STATUS_OK,
     STATUS_REBASELINE,
     PortSpec,
+    RecordLayout,
     SampleRow,
     UnsampledPort,
     bad_errno_status,
     bad_status,
 )
 
+try:
+    from collector.sources import _tick
+except ImportError:  # built without a C compiler: the pure-Python tick
+    _tick = None  # type: ignore[assignment]
+PURE_PYTHON_ENV = "BURSTSCOPE_PURE_PYTHON_TICK"
+
 # Enough for any 64-bit decimal and its newline.
 _READ_BYTES = 32
 _FIRST_RETRY_NS = 10_000_000
 _MAX_RETRY_NS = 5_000_000_000
+_INT64 = struct.Struct("=q")
+_UINT64 = struct.Struct("=Q")
+_UINT8 = struct.Struct("=B")
+
+
+def compiled_tick_available() -> bool:
+    """True when the compiled tick is built and not switched off (BURSTSCOPE_PURE_PYTHON_TICK)."""
+    return _tick is not None and os.environ.get(PURE_PYTHON_ENV, "") in ("", "0")
 
 
 _NOT_A_NUMBER, _NEGATIVE, _TOO_LARGE = (
@@ -78,9 +104,10 @@ class PairedFileReader:
         # The largest raw value whose bytes still fit the ring's unsigned 64-bit columns.
         self._limits = tuple(MAX_COUNTER_BYTES // scale for scale in self._scales)
         count = len(files)
-        self._xmit_fd = [-1] * count
-        self._rcv_fd = [-1] * count
-        self._next_status = [STATUS_REBASELINE] * count
+        # Typed arrays rather than lists: the compiled tick reads them in place.
+        self._xmit_fd = array("i", [-1] * count)
+        self._rcv_fd = array("i", [-1] * count)
+        self._next_status = array("B", [STATUS_REBASELINE] * count)
         self._retry_at = [0] * count
         self._backoff = [_FIRST_RETRY_NS] * count
         # Ports with extra files or a minimum interval take the slower path in read_into.
@@ -125,7 +152,17 @@ class PairedFileReader:
         self._retry_at[index] = now + self._backoff[index]
         self._backoff[index] = min(self._backoff[index] * 2, _MAX_RETRY_NS)
 
-    def read_into(self, row: SampleRow) -> None:
+    def record_reader(self, buffer: memoryview, layout: RecordLayout) -> RecordReader | None:
+        """The compiled tick over these descriptors, filling records of ``buffer`` in place;
+        None without the compiled core (the caller then packs a SampleRow from read_into)."""
+        if not compiled_tick_available():
+            return None
+        if layout.ports != len(self._files):
+            raise ValueError(f"record holds {layout.ports} ports, the reader {len(self._files)}")
+        return RecordReader(self, buffer, layout)
+
+    def read_into(self, row: SampleRow, ports: Iterable[int] | None = None) -> None:
+        """Read every port (or only ``ports``, indexes) into ``row``."""
         # The hot path: every name the loop uses is a local, so each port costs its two
         # preads, two clock reads and a few list stores, not attribute and global lookups.
         pread = os.pread
@@ -135,7 +172,9 @@ class PairedFileReader:
         xmit_fds, rcv_fds, next_status = self._xmit_fd, self._rcv_fd, self._next_status
         limits = self._limits
         special = self._special
-        for index, scale in enumerate(self._scales):
+        scales = self._scales
+        for index in range(len(scales)) if ports is None else ports:
+            scale = scales[index]
             if special[index]:
                 self._read_special(index, row)
                 continue
@@ -242,6 +281,101 @@ class PairedFileReader:
             self._backoff[index] = _FIRST_RETRY_NS
 
 
+class RecordReader:
+    """The compiled tick (collector/sources/_tick.c) over one PairedFileReader's descriptors.
+
+    It reads the descriptors, scales and next statuses in place, so a port the Python path
+    closes, reopens or rebaselines is seen by the next compiled tick. Ports the compiled
+    tick leaves alone (``pending``) are read by ``finish`` with the Python rules.
+    """
+
+    def __init__(self, reader: PairedFileReader, buffer: memoryview, layout: RecordLayout) -> None:
+        self._reader = reader
+        self._buffer = buffer
+        self._layout = layout
+        count = layout.ports
+        self._count = count
+        # A scale of 0 leaves the port to Python: ports with extra files or a minimum read
+        # interval (PairedFileReader._special) always take the Python path.
+        self._scales = array(
+            "q",
+            [
+                0 if special else scale
+                for special, scale in zip(reader._special, reader._scales, strict=True)
+            ],
+        )
+        self._pending = bytearray(count)
+        self._row = SampleRow.for_ports(count)
+        self._columns = (
+            (layout.timestamp_ns, _INT64, self._row.timestamp_ns),
+            (layout.xmit_bytes, _UINT64, self._row.xmit_bytes),
+            (layout.rcv_bytes, _UINT64, self._row.rcv_bytes),
+            (layout.read_ns, _INT64, self._row.read_ns),
+        )
+
+    def __call__(self, offset: int) -> None:
+        """One tick into the record at ``offset``; lateness and commit are the caller's."""
+        reader = self._reader
+        if _tick.read_ports(
+            self._buffer,
+            offset,
+            self._count,
+            reader._xmit_fd,
+            reader._rcv_fd,
+            self._scales,
+            reader._next_status,
+            self._pending,
+        ):
+            self.finish(offset)
+
+    def finish(self, offset: int) -> None:
+        """Read the ports the compiled tick left (``pending``) into the record, in Python."""
+        pending, buffer, row = self._pending, self._buffer, self._row
+        unsettled = [index for index in range(self._count) if pending[index]]
+        self._reader.read_into(row, unsettled)
+        status = self._layout.status
+        for index in unsettled:
+            for start, packer, values in self._columns:
+                packer.pack_into(buffer, offset + start + 8 * index, values[index])
+            _UINT8.pack_into(buffer, offset + status + index, row.status[index])
+
+    def run(
+        self,
+        records: int,
+        capacity: int,
+        record_bytes: int,
+        header: tuple[int, int, int, int, int],
+        interval_ns: int,
+        spin_ns: int,
+        deadline: int,
+        ticks: int,
+        missed: int,
+        parent: int,
+    ) -> tuple[int, int, int, int, int, int]:
+        """The sampler's loop in C until it stops, meets a tick with ports for Python, or
+        finds its parent gone: (reason, deadline, ticks, missed, woke, offset), see _tick.c."""
+        reader = self._reader
+        return _tick.run_ticks(
+            self._buffer,
+            records,
+            capacity,
+            record_bytes,
+            header,
+            self._count,
+            reader._xmit_fd,
+            reader._rcv_fd,
+            self._scales,
+            reader._next_status,
+            self._pending,
+            interval_ns,
+            spin_ns,
+            deadline,
+            ticks,
+            missed,
+            parent,
+        )
+
+
 class FileCounterSource:
     """The open/read/close half of a source whose counters are files; subclasses find the files."""
 
@@ -266,6 +400,11 @@ class FileCounterSource:
     def read_into(self, row: SampleRow) -> None:
         assert self._reader is not None, "open() first"
         self._reader.read_into(row)
+
+    def record_reader(self, buffer: memoryview, layout: RecordLayout) -> RecordReader | None:
+        """The compiled tick over the open descriptors (PairedFileReader.record_reader)."""
+        assert self._reader is not None, "open() first"
+        return self._reader.record_reader(buffer, layout)
 
     def close(self) -> None:
         if self._reader is not None:
