@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
@@ -40,8 +40,11 @@ from collector.recording import Recording, Retention
 from collector.sampler import SamplerConfig, SamplerError, parse_interval
 from collector.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
 from collector.sources.base import CounterSource
-from collector.trace import DIRECTORY_MODE, TraceError, TraceInfo, TraceWriter, prepare_output
+from collector.trace import DIRECTORY_MODE, TraceError, TraceInfo
 from detectors.config import Thresholds
+
+if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs it
+    from collector.trace import TraceWriter
 
 _LOG = logging.getLogger("burstscope.agent")
 
@@ -181,6 +184,8 @@ def open_recording(settings: AgentSettings) -> Recording | None:
     """A trace for this run under the recording directory, so restarts never collide."""
     if settings.recording_dir is None:
         return None
+    from collector.trace import TraceWriter, prepare_output
+
     started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     root = Path(settings.recording_dir)
     path = root / started

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -29,12 +30,15 @@ from collector.ring import Field, Ring, RingReader
 from collector.sampler import Sampler, SamplerConfig, SamplerError, tuning_notes
 from collector.slow_poller import SlowPoller, SlowSnapshot
 from collector.sources.base import CounterSource, PortSpec, SlowSource, UnsampledPort
-from collector.trace import PortColumns, TraceWriter
+from collector.trace import PortColumns
 from detectors.analyzer import DirectionAnalyzer
 from detectors.bursts import Bursts
 from detectors.config import DIRECTIONS, Thresholds
 from detectors.distributions import utilization_quantile
 from detectors.live import LiveDirection, cumulative_counts
+
+if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs it
+    from collector.trace import TraceWriter
 
 _LOG = logging.getLogger(__name__)
 # How often the ring is drained through the detectors. Each drain costs a fixed numpy
@@ -173,7 +177,7 @@ class Pipeline:
         self.source = source
         self.drain_seconds = drain_seconds
         # When set, every sample is also recorded; a failing recording pauses, never more.
-        self.trace = Recording(trace) if isinstance(trace, TraceWriter) else trace
+        self.trace = trace if trace is None or isinstance(trace, Recording) else Recording(trace)
         self.thresholds = thresholds or Thresholds()
         self.sampler = Sampler(source, sampler_config)
         self.interval_ns = self.sampler.config.interval_ns

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from collector.trace import (
     PIECE_PREFIX,
@@ -28,8 +29,10 @@ from collector.trace import (
     SLOW_PREFIX,
     PortColumns,
     SlowRow,
-    TraceWriter,
 )
+
+if TYPE_CHECKING:  # the writer loads pyarrow, which an agent that does not record never needs
+    from collector.trace import TraceWriter
 
 _LOG = logging.getLogger("burstscope.recording")
 FIRST_RETRY_SECONDS = 1.0

@@ -13,28 +13,18 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-
-import numpy as np
-import numpy.typing as npt
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from detectors.counters import CounterSpec
 
-SCHEMA = pa.schema(
-    [
-        # Wall-clock ns of the read midpoint: CLOCK_MONOTONIC plus an offset fixed at start,
-        # so differences between rows are exact monotonic differences.
-        pa.field("timestamp_ns", pa.int64(), nullable=False),
-        pa.field("device", pa.dictionary(pa.int32(), pa.string()), nullable=False),
-        pa.field("port", pa.int32(), nullable=False),
-        pa.field("xmit_bytes", pa.uint64(), nullable=False),  # cumulative, already x4
-        pa.field("rcv_bytes", pa.uint64(), nullable=False),
-        pa.field("read_ns", pa.int64(), nullable=False),  # duration of the port's reads
-        pa.field("line_rate_bytes_per_second", pa.int64(), nullable=False),  # 0 = unknown
-        # True on the first sample after a counter was (re)opened: no delta into it.
-        pa.field("rebaseline", pa.bool_(), nullable=False),
-    ]
-)
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pyarrow as pa
+
+    SCHEMA: pa.Schema
+    SLOW_SCHEMA: pa.Schema
+
 PIECE_PREFIX = "part-"
 # The slow counters (errors, congestion, PFC, state, rate) polled at about 1 Hz beside the
 # samples: one row per counter and poll, in ``_slow/slow-NNNNNN.parquet`` pieces closed
@@ -42,21 +32,54 @@ PIECE_PREFIX = "part-"
 # of the samples when pyarrow, pandas or Spark read the trace directory as one table.
 SLOW_DIRECTORY = "_slow"
 SLOW_PREFIX = "slow-"
-SLOW_SCHEMA = pa.schema(
-    [
-        pa.field("timestamp_ns", pa.int64(), nullable=False),  # wall clock, poll midpoint
-        pa.field("device", pa.dictionary(pa.int32(), pa.string()), nullable=False),
-        pa.field("port", pa.int32(), nullable=False),
-        pa.field("name", pa.dictionary(pa.int32(), pa.string()), nullable=False),  # kernel's
-        pa.field("value", pa.uint64(), nullable=False),
-        # How the counter ends its range: resetting, wrapping, saturating; "gauge" for
-        # state and rate, which are not counters.
-        pa.field("kind", pa.dictionary(pa.int8(), pa.string()), nullable=False),
-        pa.field("width_bits", pa.int8(), nullable=False),
-        # True on the first poll after the source was (re)opened: no increment into it.
-        pa.field("rebaseline", pa.bool_(), nullable=False),
-    ]
-)
+
+
+def __getattr__(name: str) -> Any:
+    """SCHEMA and SLOW_SCHEMA, built on first use: the records below need no pyarrow, so the
+    sampler process and an agent that does not record never load it (tens of MB each)."""
+    if name not in ("SCHEMA", "SLOW_SCHEMA"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    schemas = _schemas()
+    globals().update(schemas)
+    return schemas[name]
+
+
+def _schemas() -> dict[str, Any]:
+    import pyarrow as pa
+
+    schema = pa.schema(
+        [
+            # Wall-clock ns of the read midpoint: CLOCK_MONOTONIC plus an offset fixed at start,
+            # so differences between rows are exact monotonic differences.
+            pa.field("timestamp_ns", pa.int64(), nullable=False),
+            pa.field("device", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+            pa.field("port", pa.int32(), nullable=False),
+            pa.field("xmit_bytes", pa.uint64(), nullable=False),  # cumulative, already x4
+            pa.field("rcv_bytes", pa.uint64(), nullable=False),
+            pa.field("read_ns", pa.int64(), nullable=False),  # duration of the port's reads
+            pa.field("line_rate_bytes_per_second", pa.int64(), nullable=False),  # 0 = unknown
+            # True on the first sample after a counter was (re)opened: no delta into it.
+            pa.field("rebaseline", pa.bool_(), nullable=False),
+        ]
+    )
+    slow_schema = pa.schema(
+        [
+            pa.field("timestamp_ns", pa.int64(), nullable=False),  # wall clock, poll midpoint
+            pa.field("device", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+            pa.field("port", pa.int32(), nullable=False),
+            pa.field("name", pa.dictionary(pa.int32(), pa.string()), nullable=False),  # kernel's
+            pa.field("value", pa.uint64(), nullable=False),
+            # How the counter ends its range: resetting, wrapping, saturating; "gauge" for
+            # state and rate, which are not counters.
+            pa.field("kind", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+            pa.field("width_bits", pa.int8(), nullable=False),
+            # True on the first poll after the source was (re)opened: no increment into it.
+            pa.field("rebaseline", pa.bool_(), nullable=False),
+        ]
+    )
+    return {"SCHEMA": schema, "SLOW_SCHEMA": slow_schema}
+
+
 GAUGE = "gauge"
 # Pieces and trace directories: owner and group only (the unit's UMask=0027, by hand too).
 PIECE_MODE = 0o640
