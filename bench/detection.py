@@ -4,13 +4,19 @@
   Reference in the same run: the bare numpy arithmetic of utilization alone (two diffs and
   a divide per sample, same blocks), the floor any detector pays.
 - streaming_us_per_sample: ``DirectionAnalyzer.feed`` with 100 ms chunks (100 samples).
+- pipeline_us_per_sample: what the agent's pipeline does per port direction and drain
+  (``collector.pipeline.AGENT_DRAIN_SECONDS`` of 1 ms samples per chunk): the analyzer as
+  the pipeline builds it plus ``LiveDirection.update``, amortized per sample, in CPU time
+  of this process (``time.process_time``: on a shared machine wall time counts the other
+  tenants' load too); ``pipeline_wall_us_per_sample`` beside it.
 - report_seconds, report_peak_bytes: ``burstscope report --json`` in a subprocess on a
   generated 1-hour, 9-port, 1 ms trace written with collector.trace.TraceWriter; peak
   memory is the child's maximum resident set size (getrusage RUSAGE_CHILDREN).
 - with ``--baseline REF`` (a git commit, e.g. main before issue 18): the same report run by
   that commit's code (``git archive REF``) on the same trace in the same run, and the ratio.
 Targets (issues 3 and 18): batch >= 0.15 x the bare numpy reference of the same run,
-streaming <= 2 us/sample, report <= 2 GB, and with --baseline report <= 0.5 x the baseline.
+streaming <= 2 us/sample, report <= 2 GB, and with --baseline report <= 0.5 x the baseline;
+(issue 12) pipeline <= 0.5 us/sample.
 """
 
 from __future__ import annotations
@@ -32,6 +38,11 @@ sys.path.insert(0, str(ROOT))
 from collector.trace import PortColumns, SlowRow, TraceWriter  # noqa: E402
 from detectors.analyzer import BATCH_BLOCK, DirectionAnalyzer, analyze  # noqa: E402
 from detectors.counters import RESETTING_64  # noqa: E402
+from detectors.live import LiveDirection  # noqa: E402
+
+# The agent's drain cadence (collector.pipeline.AGENT_DRAIN_SECONDS), in 1 ms samples; not
+# imported, so this benchmark stays on the detectors and the trace format.
+AGENT_DRAIN_SAMPLES = 1000
 
 RATE = 50_000_000_000  # 400 Gb/s in bytes per second
 MS = 1_000_000
@@ -87,6 +98,26 @@ def bench_streaming(seconds: int) -> dict[str, float]:
     return {
         "streaming_us_per_sample": elapsed / stamps.size * 1e6,
         "streaming_samples": stamps.size,
+    }
+
+
+def bench_pipeline(seconds: int) -> dict[str, float]:
+    """Per sample: one port direction of the agent's pipeline, fed one drain at a time."""
+    stamps, counter = traffic(seconds * 1000, 0, 3)
+    analyzer = DirectionAnalyzer(
+        RATE, finest_interval_ns=MS, keep_bursts=False, saturated_second_retention=120
+    )
+    live = LiveDirection()
+    began, cpu_began = time.perf_counter(), time.process_time()
+    for first in range(0, stamps.size, AGENT_DRAIN_SAMPLES):
+        chunk = slice(first, first + AGENT_DRAIN_SAMPLES)
+        live.update(analyzer.feed(stamps[chunk], counter[chunk]))
+    cpu = time.process_time() - cpu_began
+    elapsed = time.perf_counter() - began
+    return {
+        "pipeline_us_per_sample": cpu / stamps.size * 1e6,
+        "pipeline_wall_us_per_sample": elapsed / stamps.size * 1e6,
+        "pipeline_chunk_samples": AGENT_DRAIN_SAMPLES,
     }
 
 
@@ -218,6 +249,7 @@ def main() -> None:
     figures: dict[str, object] = {"cpu_count": os.cpu_count(), "numpy": np.__version__}
     figures.update(bench_batch(args.samples))
     figures.update(bench_streaming(600))
+    figures.update(bench_pipeline(600))
     figures.update(bench_report(args.trace_seconds, args.ports, args.baseline))
     batch = figures["batch_samples_per_second"]
     reference = figures["reference_bare_utilization_samples_per_second"]
@@ -225,6 +257,7 @@ def main() -> None:
     targets = {
         "batch": figures["batch_ratio_to_reference"] >= 0.15,  # type: ignore[operator]
         "streaming": figures["streaming_us_per_sample"] <= 2.0,  # type: ignore[operator]
+        "pipeline": figures["pipeline_us_per_sample"] <= 0.5,  # type: ignore[operator]
         "report_memory": figures["report_peak_bytes"] <= 2 * 1024**3,  # type: ignore[operator]
     }
     if "report_ratio_to_baseline" in figures:

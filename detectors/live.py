@@ -152,8 +152,16 @@ class LiveDirection:
 
     def peak(self, window_ns: int, now_ns: int) -> float | None:
         """Highest sample utilization whose 100 ms slot overlaps (now - window, now]."""
-        values = [peak for start, peak in self.slots if start + SLOT_NS > now_ns - window_ns]
-        return max(values) if values else None
+        # Slots are in time order: walk back from the newest until one ends before the
+        # window, so a 15 s peak reads 150 slots, not the whole minute (a scrape asks 36).
+        horizon = now_ns - window_ns
+        highest: float | None = None
+        for start, peak in reversed(self.slots):
+            if start + SLOT_NS <= horizon:
+                break
+            if highest is None or peak > highest:
+                highest = peak
+        return highest
 
     def mean(self, window_ns: int, now_ns: int) -> float | None:
         """Time-weighted mean over the closed 1 s windows ending in (now - window, now]."""
