@@ -18,7 +18,10 @@
    of the window. The missed-tick fraction is the window's increase of
    ``burstscope_sampler_missed_ticks_total`` over ticks + missed. A window of 30 s holds
    three scrapes, too few for a p99, so after the window 40 more scrapes, 0.25 s apart,
-   join them for ``scrape_p50_ms`` / ``scrape_p99_ms`` (full HTTP GET, body read).
+   join them for ``scrape_p50_ms`` / ``scrape_p99_ms`` (full HTTP GET, body read), and the
+   main process's CPU over those 40, less its rate without them, gives ``scrape_cpu_ms``:
+   what a scrape costs whatever the machine's load, where the wall latency is mostly the
+   wait for a core on a busy one.
 4. node_exporter's InfiniBand collector on the same tree, the same window and scrapes, when
    ``prometheus-node-exporter`` is installed (``node_exporter`` key; null otherwise).
 5. CPU time of ``burstscope --version`` and ``burstscope discover --sysfs-root DIR``
@@ -273,10 +276,21 @@ def run_agent(args: list[str], duration: float, scratch: Path, name: str) -> dic
     with running(command, scratch / f"agent-{name}.log") as process:
         ready = wait_ready(url, process, started)
         time.sleep(SETTLE_SECONDS)
-        result = measure_window(Tree(process.pid), url, duration)
+        tree = Tree(process.pid)
+        result = measure_window(tree, url, duration)
+        # The main process's CPU per scrape: its CPU over the latency scrapes less what it
+        # spends without them (the window's rate). Wall latency on a loaded machine is
+        # mostly waiting for a core; this is what a scrape costs on a quiet one.
+        main_before, began = tree.cpu()["main"], time.monotonic()
         for _ in range(LATENCY_SCRAPES):
             time.sleep(0.25)
             result["latencies"].append(scrape(url)[0])
+        main_used = tree.cpu()["main"] - main_before
+        idle_rate = result["main_cpu_percent"] / 100
+        result["scrape_cpu_ms"] = round(
+            max(0.0, main_used - idle_rate * (time.monotonic() - began)) / LATENCY_SCRAPES * 1e3,
+            2,
+        )
     latencies = np.array(result.pop("latencies")) * 1e3
     result["ready_seconds"] = round(ready, 3)
     result["scrape_p50_ms"] = round(float(np.percentile(latencies, 50)), 2)
@@ -407,7 +421,8 @@ def summary(result: dict[str, Any]) -> str:
             f"agent {source:5}: {a['cpu_percent']:.2f}% (main {a['main_cpu_percent']:.2f}, "
             f"sampler {a['sampler_cpu_percent']:.2f}, other {a['other_cpu_percent']:.2f}) "
             f"= {a['cpu_ratio_vs_c']}x C; PSS {a['pss_mb']} MB, RSS {a['rss_mb']} MB; scrape "
-            f"p50 {a['scrape_p50_ms']} / p99 {a['scrape_p99_ms']} ms; missed "
+            f"p50 {a['scrape_p50_ms']} / p99 {a['scrape_p99_ms']} ms ({a['scrape_cpu_ms']} ms "
+            f"CPU each); missed "
             f"{a.get('missed_tick_fraction')}; ready in {a['ready_seconds']} s"
         )
     node = result["node_exporter"]

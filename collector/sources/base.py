@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from collector.discovery import DEFAULT_SYSFS_ROOT, DeviceInfo
-from detectors.counters import CounterSpec
 
-if TYPE_CHECKING:  # the trace format loads pyarrow: not for `discover` or `--version`
+if TYPE_CHECKING:  # numpy and the trace format: not for `discover` or `--version`
     from collector.trace import SlowRow
+    from detectors.counters import CounterSpec
 
 # Per-port status written beside every sample.
 STATUS_OK = 0
