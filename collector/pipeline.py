@@ -27,7 +27,13 @@ import numpy.typing as npt
 from collector.discovery import DeviceInfo
 from collector.recording import Recording, RecordingHealth
 from collector.ring import Field, Ring, RingReader
-from collector.sampler import Sampler, SamplerConfig, SamplerError, tuning_notes
+from collector.sampler import (
+    Sampler,
+    SamplerConfig,
+    SamplerError,
+    tick_description,
+    tuning_notes,
+)
 from collector.slow_poller import SlowPoller, SlowSnapshot
 from collector.sources.base import CounterSource, PortSpec, SlowSource, UnsampledPort
 from collector.trace import PortColumns
@@ -278,6 +284,7 @@ class Pipeline:
     def start(self) -> None:
         """Start sampling; raises SamplerError if the sampler process cannot start."""
         self._ring = self.sampler.start()
+        _LOG.info("sampler: %s", tick_description(self._ring))
         self._reader = RingReader(self._ring, self.source.ports)
         if self.slow is not None:
             self.slow.start()

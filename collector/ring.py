@@ -2,8 +2,9 @@
 
 One writer, any number of readers, no locks. Each tick is one fixed-size record after the
 header (lateness, then the per-port columns, then status bytes), so the writer stores a
-tick with a single ``struct.pack_into`` and readers see the columns as strided numpy views.
-The writer fills row ``head % capacity`` and
+tick with a single ``struct.pack_into`` (or, with the compiled tick of the file sources,
+fills the record in place: ``layout``, ``next_record``, ``commit``) and readers see the
+columns as strided numpy views. The writer fills row ``head % capacity`` and
 only then advances ``head``; a reader copies the rows it has not seen and, after copying,
 re-reads ``head`` to discard any row the writer may have overwritten meanwhile (those are
 counted as lost, never returned torn). Stores are ordered on x86-64 (TSO); on weaker
@@ -13,6 +14,7 @@ memory models a reader may, rarely, see a row a moment before it is complete.
 from __future__ import annotations
 
 import enum
+import mmap
 import struct
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -37,6 +39,7 @@ from collector.sources.base import (
 from collector.trace import PortColumns
 
 _MAGIC = 0x62757273_74736370  # "burstscp"
+_PAGE_BYTES = mmap.PAGESIZE
 _HEADER_WORDS = 64
 
 
@@ -199,8 +202,12 @@ class Ring:
     def create(cls, ports: int, capacity: int) -> Ring:
         size = _HEADER_WORDS * 8 + capacity * _record_layout(ports)[1].size
         memory = shared_memory.SharedMemory(create=True, size=size)
+        # Every page allocated now, not on the writer's first pass through the ring, where
+        # each fresh page would fault inside a tick's read window (the C reference loop
+        # faults its table in before it starts too). The ring is resident from the start,
+        # as it is anyway once the writer has wrapped.
+        np.ndarray((size,), dtype=np.uint8, buffer=memory.buf)[:] = 0
         header = np.ndarray((_HEADER_WORDS,), dtype=np.int64, buffer=memory.buf)
-        header[:] = 0
         header[Field.PORTS] = ports
         header[Field.CAPACITY] = capacity
         header[Field.CPU] = -1
@@ -213,6 +220,18 @@ class Ring:
         # tracker (spawn hands it over), so registering the name again is harmless and
         # only the creator unlinks.
         return cls(shared_memory.SharedMemory(name=name), owner=False)
+
+    def prefault(self) -> None:
+        """Writer side, before the first tick: map every page of the records into this
+        process (a write to each, of what it holds), so no tick takes the page fault."""
+        pages = np.ndarray(
+            ((len(self._buffer) - _HEADER_WORDS * 8) // _PAGE_BYTES,),
+            dtype=np.uint8,
+            buffer=self._buffer,
+            offset=_HEADER_WORDS * 8,
+            strides=(_PAGE_BYTES,),
+        )
+        pages |= 0
 
     def get(self, field: Field) -> int:
         return int(self.header[field])

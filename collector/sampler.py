@@ -114,6 +114,13 @@ def tuning_notes(ring: Ring, config: SamplerConfig) -> list[str]:
     return notes
 
 
+def tick_description(ring: Ring) -> str:
+    """Which tick the sampler process runs, for one log line at start."""
+    if ring.get(Field.COMPILED_TICK):
+        return "ticking in the compiled core (collector/sources/_tick.c)"
+    return "ticking in Python (no compiled core for this source, or not built)"
+
+
 def _wall_offset_ns() -> int:
     """CLOCK_REALTIME - CLOCK_MONOTONIC from the tightest of a few bracketed reads."""
     best: tuple[int, int] | None = None
@@ -198,7 +205,13 @@ def ticking_for(source: CounterSource, ring: Ring, interval_ns: int, spin_ns: in
     return Ticking(tick_in_place, loop, finish)
 
 
-def run_loop(source: CounterSource, ring: Ring, interval_ns: int, spin_ns: int = 0) -> None:
+def run_loop(
+    source: CounterSource,
+    ring: Ring,
+    interval_ns: int,
+    spin_ns: int = 0,
+    ticking: Ticking | None = None,
+) -> None:
     """Tick until asked to stop, on absolute deadlines.
 
     A late tick runs at once; the deadlines that would follow it closer than half an
@@ -213,7 +226,8 @@ def run_loop(source: CounterSource, ring: Ring, interval_ns: int, spin_ns: int =
     header = ring.header
     clock = time.monotonic_ns
     sleep = time.sleep
-    ticking = ticking_for(source, ring, interval_ns, spin_ns)
+    if ticking is None:
+        ticking = ticking_for(source, ring, interval_ns, spin_ns)
     tick, loop, finish = ticking.tick, ticking.loop, ticking.finish
     header[int(Field.COMPILED_TICK)] = int(ticking.compiled)
     # Plain ints: numpy indexes with an int about three times faster than with an IntEnum.
@@ -276,10 +290,14 @@ def _sampler_main(
         ring.set(Field.INTERVAL_NS, config.interval_ns)
         _tune(config, ring)
         source.open()
+        # Chosen before "running", so the parent can say which tick runs.
+        ticking = ticking_for(source, ring, config.interval_ns, config.spin_ns)
+        ring.set(Field.COMPILED_TICK, int(ticking.compiled))
+        ring.prefault()
         ring.set(Field.WALL_OFFSET_NS, _wall_offset_ns())
         ring.set(Field.STATE, SamplerState.RUNNING)
         channel.send(("running", ""))
-        run_loop(source, ring, config.interval_ns, config.spin_ns)
+        run_loop(source, ring, config.interval_ns, config.spin_ns, ticking)
         ring.set(Field.STATE, SamplerState.STOPPED)
     except Exception as exc:
         ring.set(Field.STATE, SamplerState.FAILED)
