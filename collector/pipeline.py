@@ -284,7 +284,7 @@ class Pipeline:
     def start(self) -> None:
         """Start sampling; raises SamplerError if the sampler process cannot start."""
         self._ring = self.sampler.start()
-        _LOG.info("sampler: %s", tick_description(self._ring))
+        _LOG.debug("sampler: %s", tick_description(self._ring))
         self._reader = RingReader(self._ring, self.source.ports)
         if self.slow is not None:
             self.slow.start()
