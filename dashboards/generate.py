@@ -532,12 +532,12 @@ def fleet_agents_row() -> list[Json]:
         panel(
             "timeseries",
             "Agent CPU per node",
-            "CPU of the agent's main process (process_cpu_seconds_total from "
-            "prometheus-client's process collector), in cores: highest, 90th percentile and "
-            "median node. The 1 ms sampler runs in a child process that no series covers "
-            "yet, so this is the agent's cost without its sampler.",
+            "CPU of the whole agent, in cores: its main process (process_cpu_seconds_total "
+            "from prometheus-client's process collector) plus its 1 ms sampler process "
+            "(burstscope_sampler_cpu_seconds_total); highest, 90th percentile and median node.",
             spread(
-                f"rate(process_cpu_seconds_total{{{job}}}[$__rate_interval])",
+                f"(rate(process_cpu_seconds_total{{{job}}}[$__rate_interval])"
+                f" + rate(burstscope_sampler_cpu_seconds_total{{{job}}}[$__rate_interval]))",
                 "node",
             ),
             "short",
@@ -547,9 +547,14 @@ def fleet_agents_row() -> list[Json]:
         panel(
             "timeseries",
             "Agent memory per node",
-            "Resident memory of the agent's main process (process_resident_memory_bytes); "
-            "the sampler child process is not included.",
-            spread(f"process_resident_memory_bytes{{{job}}}", "node"),
+            "Resident memory of the whole agent: main process (process_resident_memory_bytes) "
+            "plus sampler process (burstscope_sampler_resident_memory_bytes). Shared pages "
+            "count twice, so this is an upper bound of what the node gives it.",
+            spread(
+                f"(process_resident_memory_bytes{{{job}}}"
+                f" + burstscope_sampler_resident_memory_bytes{{{job}}})",
+                "node",
+            ),
             "bytes",
             (8, 6),
             interval=FLEET_MIN_INTERVAL,
@@ -939,8 +944,8 @@ def drill_health_row() -> list[Json]:
         panel(
             "timeseries",
             "Scrape duration and agent cost",
-            "How long the previous /metrics scrape took to build, and the CPU of the agent's "
-            "main process in cores (the sampler child process is not included).",
+            "How long the previous /metrics scrape took to build, and the CPU of the whole "
+            "agent in cores (main process plus sampler process).",
             [
                 target(
                     f"burstscope_scrape_duration_seconds{{{NODES}}}",
@@ -948,8 +953,10 @@ def drill_health_row() -> list[Json]:
                     "A",
                 ),
                 target(
-                    f'rate(process_cpu_seconds_total{{job="burstscope", {NODES}}}'
-                    "[$__rate_interval])",
+                    f'(rate(process_cpu_seconds_total{{job="burstscope", {NODES}}}'
+                    "[$__rate_interval])"
+                    f' + rate(burstscope_sampler_cpu_seconds_total{{job="burstscope", {NODES}}}'
+                    "[$__rate_interval]))",
                     "{{instance}} agent CPU (cores)",
                     "B",
                 ),
