@@ -352,16 +352,7 @@ class Pipeline:
             return
         with self._drain_lock:
             self._drain()  # what it wrote before it went
-        if not watch.failed(now):
-            self._give_up("sampler", reason)
-            return
-        assert watch.restart_at is not None
-        _LOG.error(
-            "%s; restarting it in %.2g s (restart %d)",
-            reason,
-            watch.restart_at - now,
-            watch.restarts + 1,
-        )
+        self._restart_later(watch, "sampler", reason, now)
 
     def _restart_sampler(self, watch: _Supervised, now: float) -> None:
         watch.restart_at = None
@@ -408,8 +399,12 @@ class Pipeline:
             )
         if reason is None:
             return
+        self._restart_later(watch, "slow poller", reason, now)
+
+    def _restart_later(self, watch: _Supervised, name: str, reason: str, now: float) -> None:
+        """Schedule a restart after the backoff, or give up after too many failures."""
         if not watch.failed(now):
-            self._give_up("slow poller", reason)
+            self._give_up(name, reason)
             return
         assert watch.restart_at is not None
         _LOG.error(
