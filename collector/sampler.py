@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import re
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ MIN_INTERVAL_NS = 100_000
 MAX_INTERVAL_NS = 60_000_000_000
 _PR_SET_PDEATHSIG = 1
 _PR_SET_TIMERSLACK = 29
+_SWITCH_INTERVAL_S = 0.0001
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s)?\s*$")
 
@@ -289,6 +291,9 @@ def _sampler_main(
         ring.set(Field.PID, os.getpid())
         ring.set(Field.INTERVAL_NS, config.interval_ns)
         _tune(config, ring)
+        # A source may run a helper thread here (the simulated node generates its traffic
+        # ahead). The tick waits for the GIL at most this long, not CPython's default 5 ms.
+        sys.setswitchinterval(_SWITCH_INTERVAL_S)
         source.open()
         # Chosen before "running", so the parent can say which tick runs.
         ticking = ticking_for(source, ring, config.interval_ns, config.spin_ns)

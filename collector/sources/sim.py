@@ -78,10 +78,12 @@ class SimSource:
         self.__dict__.update(state)
 
     def open(self) -> None:
-        self._cursor = CounterCursor(TrafficModel(self.profile, self.seed))
+        self._cursor = CounterCursor(TrafficModel(self.profile, self.seed), ahead=True)
         self._next_status = [STATUS_REBASELINE] * len(PORTS)
 
     def close(self) -> None:
+        if self._cursor is not None:
+            self._cursor.close()
         self._cursor = None
 
     def read_into(self, row: SampleRow) -> None:
