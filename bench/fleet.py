@@ -42,7 +42,7 @@ from typing import Any
 _ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_ROOT))
 
-from tests.emulated_node import free_port  # noqa: E402
+from tests.processes import free_port  # noqa: E402
 from tests.simulated_fleet import (  # noqa: E402
     Fleet,
     Node,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import socket
 import threading
 import time
 import urllib.request
@@ -18,6 +17,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from tests.processes import free_port
 
 DATA_FILES = {"transmit": "port_xmit_data", "receive": "port_rcv_data"}
 # IB PortCounters port_{xmit,rcv}_data count 4-octet words (perfquery(8)).
@@ -174,14 +175,6 @@ class CounterWriter:
         finally:
             stop.set()
             thread.join(5)
-
-
-def free_port() -> int:
-    """A loopback port nobody holds right now (the agent rebinds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def agent_settings(arguments: Sequence[str]) -> Any:

@@ -1,11 +1,16 @@
-"""A command under test whose stderr is read as it comes, so tests wait for what it says."""
+"""A command under test whose stderr is read as it comes, so tests wait for what it says;
+the agent as such a command, and what tests ask its /metrics."""
 
 from __future__ import annotations
 
 import signal
+import socket
+import ssl
 import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -76,3 +81,119 @@ class LoggedProcess:
     @property
     def stderr(self) -> str:
         return "\n".join(self.lines)
+
+
+def free_port() -> int:
+    """A loopback port nobody holds right now (the agent binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def fetch(url: str, context: ssl.SSLContext | None = None) -> str:
+    with urllib.request.urlopen(url, timeout=5, context=context) as response:
+        return str(response.read().decode())
+
+
+def metric(body: str, line_prefix: str) -> float:
+    """The value of the first exposition line starting with ``line_prefix``."""
+    for line in body.splitlines():
+        if line.startswith(line_prefix):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{line_prefix} not in exposition")
+
+
+class AgentProcess:
+    """``burstscope agent`` on a free loopback port, its stderr collected as it comes."""
+
+    def __init__(self, *args: str, scheme: str = "http", **popen: Any) -> None:
+        self.port = free_port()
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
+        self.run = LoggedProcess(
+            [
+                sys.executable,
+                "-m",
+                "burstscope",
+                "agent",
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                *args,
+            ],
+            stdout=subprocess.DEVNULL,
+            **popen,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.run.process.pid
+
+    @property
+    def stderr(self) -> str:
+        return self.run.stderr
+
+    def scrape(self, context: ssl.SSLContext | None = None) -> str:
+        """/metrics now; raises OSError while the agent does not answer."""
+        return fetch(self.url + "/metrics", context)
+
+    def value(self, prefix: str, context: ssl.SSLContext | None = None) -> float | None:
+        """The value of the first line starting with ``prefix``; None when absent."""
+        try:
+            body = self.scrape(context)
+        except OSError:
+            return None
+        for line in body.splitlines():
+            if line.startswith(prefix):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def wait_value(
+        self,
+        prefix: str,
+        check: object,
+        timeout: float = DEADLINE_SECONDS,
+        context: ssl.SSLContext | None = None,
+    ) -> float:
+        """The first value of ``prefix`` that equals ``check`` (or that ``check`` accepts)."""
+        found: list[float] = []
+
+        def holds() -> bool:
+            assert self.run.process.poll() is None, f"agent exited; log: {self.run.lines}"
+            value = self.value(prefix, context)
+            if value is not None and (check(value) if callable(check) else value == check):
+                found.append(value)
+                return True
+            return False
+
+        assert wait_until(holds, timeout), f"{prefix} never met {check}; log: {self.run.lines}"
+        return found[0]
+
+    def wait_ready(self, context: ssl.SSLContext | None = None) -> str:
+        """/metrics once the sampler has ticked."""
+        self.wait_value("burstscope_sampler_ticks_total ", lambda v: v > 0, context=context)
+        return self.scrape(context)
+
+    def scrape_when(self, *fragments: str) -> str:
+        """/metrics once every fragment is in it."""
+        body: list[str] = [""]
+
+        def ready() -> bool:
+            assert self.run.process.poll() is None, f"agent exited; log: {self.run.lines}"
+            try:
+                body[0] = self.scrape()
+            except OSError:
+                return False
+            return all(f in body[0] for f in fragments)
+
+        assert wait_until(ready), f"{fragments} not in {body}; log: {self.run.lines}"
+        return body[0]
+
+    def ticks_advance(self) -> bool:
+        before = self.value("burstscope_sampler_ticks_total ") or 0
+        return wait_until(lambda: (self.value("burstscope_sampler_ticks_total ") or 0) > before)
+
+    def stop(self) -> int:
+        """SIGTERM, then the exit status once every line it wrote is read."""
+        return self.run.stop()
+
+    def kill(self) -> None:
+        self.run.kill()

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.emulated_node import agent_settings, free_port, scrape
+from tests.emulated_node import agent_settings, scrape
+from tests.processes import free_port
 
 DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards"
 SAMPLE = re.compile(

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import ssl
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -17,79 +15,18 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SYSFS
-from tests.processes import STOP_SECONDS, wait_until
+from tests.processes import STOP_SECONDS, AgentProcess, fetch, metric, wait_until
 from tests.test_cli_core import assert_usage_error, burstscope
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class RunningAgent:
-    def __init__(self, *args: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "burstscope",
-                "agent",
-                "--listen",
-                f"127.0.0.1:{self.port}",
-                *args,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    def wait_ready(self, context: ssl.SSLContext | None = None, scheme: str = "http") -> str:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"agent exited: {self.process.stderr.read()}")  # type: ignore[union-attr]
-            try:
-                body = fetch(f"{scheme}://127.0.0.1:{self.port}/metrics", context)
-                if "burstscope_sampler_ticks_total" in body and metric(
-                    body, "burstscope_sampler_ticks_total "
-                ):
-                    return body
-            except (OSError, urllib.error.URLError):
-                pass
-            time.sleep(0.1)
-        raise AssertionError("agent did not serve metrics within 20 s")
-
-    def stop(self) -> tuple[int, float, str]:
-        started = time.monotonic()
-        self.process.send_signal(signal.SIGTERM)
-        _, stderr = self.process.communicate(timeout=10)
-        return self.process.returncode, time.monotonic() - started, stderr
-
-
-def fetch(url: str, context: ssl.SSLContext | None = None) -> str:
-    with urllib.request.urlopen(url, timeout=5, context=context) as response:
-        return str(response.read().decode())
-
-
-def metric(body: str, line_prefix: str) -> float:
-    for line in body.splitlines():
-        if line.startswith(line_prefix):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{line_prefix} not in exposition")
-
-
 @pytest.fixture
-def loopback_agent() -> Iterator[RunningAgent]:
-    agent = RunningAgent("--source", "netdev:lo", "--line-rate", "10")
+def loopback_agent() -> Iterator[AgentProcess]:
+    agent = AgentProcess("--source", "netdev:lo", "--line-rate", "10")
     yield agent
-    if agent.process.poll() is None:
-        agent.stop()
+    agent.stop()
 
 
-def test_serves_metrics_never_resets_and_404s(loopback_agent: RunningAgent) -> None:
+def test_serves_metrics_never_resets_and_404s(loopback_agent: AgentProcess) -> None:
     first = loopback_agent.wait_ready()
     ticks = "burstscope_sampler_ticks_total"
     count = 'burstscope_port_utilization_ratio_count{device="lo",direction="transmit",port="1"}'
@@ -110,9 +47,12 @@ def test_serves_metrics_never_resets_and_404s(loopback_agent: RunningAgent) -> N
     assert "/metrics" in fetch(loopback_agent.url + "/")
 
 
-def test_sigterm_stops_within_two_seconds(loopback_agent: RunningAgent) -> None:
+def test_sigterm_stops_within_two_seconds(loopback_agent: AgentProcess) -> None:
     loopback_agent.wait_ready()
-    status, seconds, stderr = loopback_agent.stop()
+    started = time.monotonic()
+    status = loopback_agent.stop()
+    seconds = time.monotonic() - started
+    stderr = loopback_agent.stderr
     assert status == 0, stderr
     assert seconds < STOP_SECONDS
     assert "stopped" in stderr
@@ -120,7 +60,7 @@ def test_sigterm_stops_within_two_seconds(loopback_agent: RunningAgent) -> None:
 
 def test_a_source_failing_at_start_is_visible_in_health(sysfs_copy: Path) -> None:
     """Counters that turn unreadable right after discovery: /metrics still answers."""
-    agent = RunningAgent("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
+    agent = AgentProcess("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
     try:
         counters = sysfs_copy / "class/infiniband/mlx5_0/ports/1/counters"
         agent.wait_ready()
@@ -196,7 +136,7 @@ def make_certificates(directory: Path) -> dict[str, Path]:
 
 def test_tls_with_client_certificates(tmp_path: Path) -> None:
     certs = make_certificates(tmp_path)
-    agent = RunningAgent(
+    agent = AgentProcess(
         "--source",
         "netdev:lo",
         "--line-rate",
@@ -207,11 +147,12 @@ def test_tls_with_client_certificates(tmp_path: Path) -> None:
         str(certs["server-key"]),
         "--tls-client-ca",
         str(certs["ca"]),
+        scheme="https",
     )
     try:
         trusted = ssl.create_default_context(cafile=str(certs["ca"]))
         trusted.load_cert_chain(str(certs["client"]), str(certs["client-key"]))
-        body = agent.wait_ready(trusted, scheme="https")
+        body = agent.wait_ready(trusted)
         assert "burstscope_port_data_bytes_total" in body
         anonymous = ssl.create_default_context(cafile=str(certs["ca"]))
         with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
@@ -254,13 +195,13 @@ def test_bad_agent_input(args: list[str], fragments: list[str]) -> None:
 
 def test_unknown_line_rate_is_sampled_and_says_how_to_set_it() -> None:
     """lo has no speed: the agent samples it all the same and says how to give a rate."""
-    agent = RunningAgent("--source", "netdev:lo")
+    agent = AgentProcess("--source", "netdev:lo")
     try:
         body = agent.wait_ready()
         assert 'burstscope_port_data_bytes_total{device="lo",direction="transmit"' in body
         assert 'burstscope_port_utilization_ratio_count{device="lo"' not in body
     finally:
-        status, _, stderr = agent.stop()
+        status, stderr = agent.stop(), agent.stderr
     assert status == 0
     assert "lo port 1: line rate unknown" in stderr
     assert "--line-rate-for DEVICE=GBITS" in stderr
@@ -284,7 +225,7 @@ def test_check_config(tmp_path: Path) -> None:
 def test_config_file_supplies_the_source(tmp_path: Path) -> None:
     config = tmp_path / "agent.toml"
     config.write_text(f'[source]\nspec = "sysfs"\nsysfs_root = "{SYSFS}"\ninclude = "mlx5_0"\n')
-    agent = RunningAgent("--config", str(config))
+    agent = AgentProcess("--config", str(config))
     try:
         body = agent.wait_ready()
         assert 'burstscope_port_line_rate_bytes_per_second{device="mlx5_0",port="1"} 5e+10' in body
@@ -296,11 +237,11 @@ def test_config_file_supplies_the_source(tmp_path: Path) -> None:
 
 def test_agent_records_each_run_into_its_own_trace(tmp_path: Path) -> None:
     recordings = tmp_path / "recordings"
-    agent = RunningAgent("--source", "netdev:lo", "--line-rate", "10", "--record", str(recordings))
+    agent = AgentProcess("--source", "netdev:lo", "--line-rate", "10", "--record", str(recordings))
     agent.wait_ready()
     ticks = "burstscope_sampler_ticks_total "
     assert wait_until(lambda: metric(fetch(agent.url + "/metrics"), ticks) >= 1000)
-    status, _, stderr = agent.stop()
+    status, stderr = agent.stop(), agent.stderr
     assert status == 0, stderr
     (run,) = list(recordings.iterdir())
     import pyarrow.dataset as ds

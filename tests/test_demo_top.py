@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_binary
-from tests.processes import wait_until
-from tests.test_agent import free_port, metric
+from tests.processes import free_port, metric, wait_until
 from tests.test_cli_core import assert_usage_error, burstscope
 
 

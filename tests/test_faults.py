@@ -28,79 +28,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import integration_unavailable, require_binary, require_root
-from tests.processes import DEADLINE_SECONDS, LoggedProcess, wait_until
-from tests.test_agent import fetch, free_port, make_certificates
+from tests.processes import DEADLINE_SECONDS, AgentProcess, fetch, free_port, wait_until
+from tests.test_agent import make_certificates
 
 PORT0 = Path("class/infiniband/mlx5_0/ports/1")
 PORT1 = Path("class/infiniband/mlx5_1/ports/1")
 
 
-class Agent:
-    """``burstscope agent`` on a free port, its stderr collected as it comes."""
-
-    def __init__(self, *args: str, scheme: str = "http", **popen: object) -> None:
-        self.port = free_port()
-        self.url = f"{scheme}://127.0.0.1:{self.port}"
-        self.run = LoggedProcess(
-            [
-                sys.executable,
-                "-m",
-                "burstscope",
-                "agent",
-                "--listen",
-                f"127.0.0.1:{self.port}",
-                *args,
-            ],
-            stdout=subprocess.DEVNULL,
-            **popen,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.run.process.pid
-
-    def scrape(self, context: ssl.SSLContext | None = None) -> str:
-        return fetch(self.url + "/metrics", context)
-
-    def value(self, prefix: str, context: ssl.SSLContext | None = None) -> float | None:
-        """The value of the first line starting with ``prefix``; None when absent."""
-        try:
-            body = self.scrape(context)
-        except OSError:
-            return None
-        for line in body.splitlines():
-            if line.startswith(prefix):
-                return float(line.rsplit(" ", 1)[1])
-        return None
-
-    def wait_value(self, prefix: str, check: object, timeout: float = DEADLINE_SECONDS) -> float:
-        found: list[float] = []
-
-        def holds() -> bool:
-            value = self.value(prefix)
-            if value is not None and (check(value) if callable(check) else value == check):
-                found.append(value)
-                return True
-            return False
-
-        assert wait_until(holds, timeout), f"{prefix} never met {check}; log: {self.run.lines}"
-        return found[0]
-
-    def wait_ready(self) -> None:
-        self.run.wait_log("metrics on")
-        self.wait_value("burstscope_sampler_ticks_total ", lambda v: v > 0)
-
-    def ticks_advance(self) -> bool:
-        before = self.value("burstscope_sampler_ticks_total ") or 0
-        return wait_until(lambda: (self.value("burstscope_sampler_ticks_total ") or 0) > before)
-
-    def stop(self) -> int:
-        return self.run.stop()
-
-
 @pytest.fixture
-def agents() -> Iterator[list[Agent]]:
-    started: list[Agent] = []
+def agents() -> Iterator[list[AgentProcess]]:
+    started: list[AgentProcess] = []
     yield started
     for agent in started:
         agent.run.kill()
@@ -125,7 +62,7 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def sampler_pid(agent: Agent) -> int:
+def sampler_pid(agent: AgentProcess) -> int:
     """The sampler process among the agent's children (the other is the resource tracker)."""
     for child in children(agent.pid):
         with contextlib.suppress(OSError):
@@ -138,7 +75,7 @@ def sampler_pid(agent: Agent) -> int:
 
 
 def test_bad_data_counter_values_cost_only_their_port(sysfs_copy: Path, agents: list) -> None:
-    agent = Agent("--sysfs-root", str(sysfs_copy), "--interval", "2ms")
+    agent = AgentProcess("--sysfs-root", str(sysfs_copy), "--interval", "2ms")
     agents.append(agent)
     agent.wait_ready()
     cases = {
@@ -169,7 +106,7 @@ def test_bad_data_counter_values_cost_only_their_port(sysfs_copy: Path, agents: 
 
 
 def test_slow_counter_out_of_range_costs_only_that_reading(sysfs_copy: Path, agents: list) -> None:
-    agent = Agent("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
+    agent = AgentProcess("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
     agents.append(agent)
     agent.wait_ready()
     symbol = sysfs_copy / PORT0 / "counters/symbol_error"
@@ -192,7 +129,7 @@ def test_slow_counter_out_of_range_costs_only_that_reading(sysfs_copy: Path, age
 
 
 def test_vanished_port_is_not_shown_active(sysfs_copy: Path, agents: list) -> None:
-    agent = Agent("--sysfs-root", str(sysfs_copy))
+    agent = AgentProcess("--sysfs-root", str(sysfs_copy))
     agents.append(agent)
     agent.wait_ready()
     state = 'burstscope_port_state{device="mlx5_0",port="1"}'
@@ -213,7 +150,7 @@ def test_vanished_port_is_not_shown_active(sysfs_copy: Path, agents: list) -> No
 
 
 def test_counter_reset_and_garbage_text_are_contained(sysfs_copy: Path, agents: list) -> None:
-    agent = Agent("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
+    agent = AgentProcess("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
     agents.append(agent)
     agent.wait_ready()
     data = sysfs_copy / PORT0 / "counters/port_rcv_data"
@@ -233,7 +170,7 @@ def test_counter_reset_and_garbage_text_are_contained(sysfs_copy: Path, agents: 
 
 
 def test_killed_sampler_is_restarted_and_counted(sysfs_copy: Path, agents: list) -> None:
-    agent = Agent("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
+    agent = AgentProcess("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
     agents.append(agent)
     agent.wait_ready()
     first = sampler_pid(agent)
@@ -248,7 +185,7 @@ def test_killed_sampler_is_restarted_and_counted(sysfs_copy: Path, agents: list)
 
 
 def test_stopped_sampler_is_noticed_by_its_heartbeat(sysfs_copy: Path, agents: list) -> None:
-    agent = Agent("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
+    agent = AgentProcess("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
     agents.append(agent)
     agent.wait_ready()
     os.kill(sampler_pid(agent), signal.SIGSTOP)
@@ -259,7 +196,7 @@ def test_stopped_sampler_is_noticed_by_its_heartbeat(sysfs_copy: Path, agents: l
 
 
 def test_sampler_that_keeps_dying_stops_the_agent(sysfs_copy: Path, agents: list) -> None:
-    agent = Agent("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
+    agent = AgentProcess("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
     agents.append(agent)
     agent.wait_ready()
     killed: set[int] = set()
@@ -302,7 +239,7 @@ def test_full_disk_pauses_recording_not_detection(
 ) -> None:
     config = tmp_path / "agent.toml"
     config.write_text(f'[recording]\npath = "{small_disk}/rec"\npiece_seconds = 0.2\n')
-    agent = Agent("--sysfs-root", str(sysfs_copy), "--config", str(config))
+    agent = AgentProcess("--sysfs-root", str(sysfs_copy), "--config", str(config))
     agents.append(agent)
     agent.wait_ready()
     agent.run.wait_log("recording paused")
@@ -335,7 +272,7 @@ def test_out_of_descriptors_pauses_recording_then_resumes(
     require_root()  # raising another process's limit back needs CAP_SYS_RESOURCE
     config = tmp_path / "agent.toml"
     config.write_text(f'[recording]\npath = "{tmp_path}/rec"\npiece_seconds = 0.2\n')
-    agent = Agent("--sysfs-root", str(sysfs_copy), "--config", str(config))
+    agent = AgentProcess("--sysfs-root", str(sysfs_copy), "--config", str(config))
     agents.append(agent)
     agent.wait_ready()
     assert wait_until(lambda: any((tmp_path / "rec").glob("*/part-*.parquet")))
@@ -367,7 +304,7 @@ def test_retention_keeps_the_newest_pieces_within_max_bytes(
     config.write_text(
         f'[recording]\npath = "{root}"\npiece_seconds = 0.2\nmax_bytes = "60kB"\nmax_age = "1d"\n'
     )
-    agent = Agent("--sysfs-root", str(sysfs_copy), "--config", str(config))
+    agent = AgentProcess("--sysfs-root", str(sysfs_copy), "--config", str(config))
     agents.append(agent)
     agent.wait_ready()
     agent.wait_value("burstscope_recording_deleted_pieces_total ", lambda v: v >= 3)
@@ -392,7 +329,7 @@ def test_silent_connection_does_not_block_https_scrapes(
 ) -> None:
     require_binary("openssl")
     certs = make_certificates(tmp_path)
-    agent = Agent(
+    agent = AgentProcess(
         "--sysfs-root",
         str(sysfs_copy),
         "--include",
@@ -420,7 +357,7 @@ def test_silent_connection_does_not_block_https_scrapes(
 
 
 def test_idle_connections_do_not_stop_a_scrape(sysfs_copy: Path, agents: list) -> None:
-    agent = Agent("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
+    agent = AgentProcess("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
     agents.append(agent)
     agent.wait_ready()
     idle = []
@@ -438,7 +375,7 @@ def test_idle_connections_do_not_stop_a_scrape(sysfs_copy: Path, agents: list) -
 
 
 def test_storm_of_concurrent_scrapes_is_answered(sysfs_copy: Path, agents: list) -> None:
-    agent = Agent("--sysfs-root", str(sysfs_copy))
+    agent = AgentProcess("--sysfs-root", str(sysfs_copy))
     agents.append(agent)
     agent.wait_ready()
     missed_before = agent.value("burstscope_sampler_missed_ticks_total ") or 0
@@ -463,7 +400,7 @@ def test_storm_of_concurrent_scrapes_is_answered(sysfs_copy: Path, agents: list)
 
 
 def test_name_filter_oversized_headers_and_traversal(sysfs_copy: Path, agents: list) -> None:
-    agent = Agent("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
+    agent = AgentProcess("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0")
     agents.append(agent)
     agent.wait_ready()
     body = fetch(
@@ -629,7 +566,9 @@ def control(mount: Path, command: str) -> None:
 def test_read_errors_cost_only_their_port(
     fuse_counters: Path, sysfs_copy: Path, agents: list, error: str
 ) -> None:
-    agent = Agent("--sysfs-root", str(sysfs_copy), "--include", "mlx5_[01]", "--interval", "5ms")
+    agent = AgentProcess(
+        "--sysfs-root", str(sysfs_copy), "--include", "mlx5_[01]", "--interval", "5ms"
+    )
     agents.append(agent)
     agent.wait_ready()
     transmit = 'burstscope_port_data_bytes_total{device="mlx5_0",direction="transmit",port="1"}'
@@ -652,7 +591,9 @@ def test_read_errors_cost_only_their_port(
 def test_fuse_counter_values_that_no_counter_can_hold(
     fuse_counters: Path, sysfs_copy: Path, agents: list
 ) -> None:
-    agent = Agent("--sysfs-root", str(sysfs_copy), "--include", "mlx5_0", "--interval", "5ms")
+    agent = AgentProcess(
+        "--sysfs-root", str(sysfs_copy), "--include", "mlx5_0", "--interval", "5ms"
+    )
     agents.append(agent)
     agent.wait_ready()
     for value, reason in (("-7", "negative"), (str(2**64), "out_of_range")):

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import require_binary
-from tests.emulated_node import free_port
+from tests.processes import free_port
 from tests.simulated_fleet import (
     Fleet,
     Prometheus,

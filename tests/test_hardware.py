@@ -27,8 +27,7 @@ from collector.simulation.model import TrafficModel
 from collector.simulation.sysfs_writer import SysfsWriter
 from tests.conftest import FIXTURES, compare_golden
 from tests.emulated_node import CounterWriter, EmulatedNode, Load
-from tests.processes import LoggedProcess, wait_until
-from tests.test_agent import fetch, free_port
+from tests.processes import AgentProcess, wait_until
 from tests.test_exposition import normalize
 
 TREE = FIXTURES / "hardware" / "sys"
@@ -147,54 +146,17 @@ def test_discover_table_says_why() -> None:
     assert "resolution 1000 ms" in rows["bnxt_re0"]
 
 
-class Agent:
-    """``burstscope agent`` as a process on a loopback port; its log read as it comes."""
-
-    def __init__(self, *args: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/metrics"
-        self.process = LoggedProcess(
-            [
-                sys.executable,
-                "-m",
-                "burstscope",
-                "agent",
-                "--listen",
-                f"127.0.0.1:{self.port}",
-                *args,
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-
-    def scrape(self) -> str:
-        try:
-            return fetch(self.url)
-        except OSError:
-            return ""
-
-    def scrape_when(self, *fragments: str) -> str:
-        body: list[str] = []
-
-        def ready() -> bool:
-            assert self.process.process.poll() is None, self.process.stderr
-            body[:] = [self.scrape()]
-            return all(f in body[0] for f in fragments)
-
-        assert wait_until(ready), f"{fragments} not in {body}; log: {self.process.stderr}"
-        return body[0]
-
-
 @pytest.fixture
-def agent_on_tree() -> Iterator[Agent]:
-    agent = Agent("--sysfs-root", str(TREE))
+def agent_on_tree() -> Iterator[AgentProcess]:
+    agent = AgentProcess("--sysfs-root", str(TREE))
     try:
         yield agent
     finally:
-        assert agent.process.stop() == 0, agent.process.stderr
+        assert agent.run.stop() == 0, agent.run.stderr
 
 
 def test_no_port_stops_the_agent_and_the_exposition_golden(
-    agent_on_tree: Agent, update_golden: bool
+    agent_on_tree: AgentProcess, update_golden: bool
 ) -> None:
     # Once the slow poll has landed (state of every port, sampled or not).
     body = agent_on_tree.scrape_when(
@@ -245,7 +207,7 @@ def test_no_port_stops_the_agent_and_the_exposition_golden(
         'burstscope_device_info{board_id="MT_1090120019",device="mlx4_0",fw_ver="2.42.5000",'
         'hca_type="MT4099"} 1.0' in body
     )
-    log = agent_on_tree.process
+    log = agent_on_tree.run
     note = log.wait_log("mlx5_4 port 1: line rate unknown")
     assert "--line-rate-for DEVICE=GBITS" in note and "[source.line_rates]" in note
     log.wait_log("efa_0 port 1: the kernel caches its counters for 10 ms")
@@ -255,7 +217,7 @@ def test_no_port_stops_the_agent_and_the_exposition_golden(
 def test_line_rate_override_in_the_file_and_on_the_command_line(tmp_path: Path) -> None:
     config = tmp_path / "agent.toml"
     config.write_text("[source.line_rates]\nmlx5_4 = 100\nmlx4_0 = 1\n")
-    agent = Agent(
+    agent = AgentProcess(
         "--sysfs-root", str(TREE), "--config", str(config), "--line-rate-for", "mlx4_0=40"
     )
     try:
@@ -267,7 +229,7 @@ def test_line_rate_override_in_the_file_and_on_the_command_line(tmp_path: Path) 
         assert 'burstscope_port_line_rate_bytes_per_second{device="mlx4_0",port="1"} 5e+09' in body
         assert 'burstscope_port_utilization_ratio_count{device="mlx5_4",direction="receive"' in body
     finally:
-        assert agent.process.stop() == 0, agent.process.stderr
+        assert agent.run.stop() == 0, agent.run.stderr
     bad = burstscope("agent", "--sysfs-root", str(TREE), "--line-rate-for", "mlx5_4")
     assert bad.returncode == 2 and "DEVICE=GBITS" in bad.stderr
 
@@ -277,12 +239,15 @@ def gauge(body: str, name: str, device: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
-def mean_utilization(agent: Agent, device: str, samples: int = 1500) -> float:
+def mean_utilization(agent: AgentProcess, device: str, samples: int = 1500) -> float:
     """Mean per-sample transmit utilization over the next ``samples`` samples, from the
     histogram's sum and count (what a rate() of both would give)."""
 
     def read() -> tuple[float, float]:
-        body = agent.scrape()
+        try:
+            body = agent.scrape()
+        except OSError:
+            body = ""
         values = []
         for part in ("sum", "count"):
             name = f"burstscope_port_utilization_ratio_{part}"
@@ -311,7 +276,7 @@ def test_a_renegotiated_link_is_divided_by_its_new_rate(tmp_path: Path) -> None:
     writer = CounterWriter(node)
     writer.set_load("mlx5_0", "transmit", Load(0.2))
     with writer.running_in_thread():
-        agent = Agent("--sysfs-root", str(node.root), "--record", str(tmp_path / "trace"))
+        agent = AgentProcess("--sysfs-root", str(node.root), "--record", str(tmp_path / "trace"))
         try:
             body = agent.scrape_when(
                 'burstscope_port_line_rate_bytes_per_second{device="mlx5_0",port="1"} 5e+10'
@@ -325,9 +290,9 @@ def test_a_renegotiated_link_is_divided_by_its_new_rate(tmp_path: Path) -> None:
             )
             # Every sample from now on divides by 200 Gb/s: 80/200.
             assert 0.33 < mean_utilization(agent, "mlx5_0") < 0.47
-            agent.process.wait_log("mlx5_0 port 1: line rate 400 Gb/s -> 200 Gb/s")
+            agent.run.wait_log("mlx5_0 port 1: line rate 400 Gb/s -> 200 Gb/s")
         finally:
-            assert agent.process.stop() == 0, agent.process.stderr
+            assert agent.run.stop() == 0, agent.run.stderr
     # The trace records the rate in force per row, in time order: 400 then 200 Gb/s.
     (run,) = (tmp_path / "trace").iterdir()
     table = pq.read_table(run, columns=["timestamp_ns", "line_rate_bytes_per_second"])
@@ -347,7 +312,7 @@ def test_renegotiation_on_the_emulated_sysfs_writer(tmp_path: Path) -> None:
     stop = threading.Event()
     thread = threading.Thread(target=writer.run, kwargs={"stop": stop}, daemon=True)
     thread.start()
-    agent = Agent("--sysfs-root", str(writer.root))
+    agent = AgentProcess("--sysfs-root", str(writer.root))
     try:
         agent.scrape_when(
             'burstscope_port_line_rate_bytes_per_second{device="mlx5_0",port="1"} 5e+10'
@@ -360,7 +325,7 @@ def test_renegotiation_on_the_emulated_sysfs_writer(tmp_path: Path) -> None:
         assert gauge(body, "burstscope_port_rate_changes_total", "mlx5_1") is None
         assert gauge(body, "burstscope_port_line_rate_bytes_per_second", "mlx5_1") == 5e10
     finally:
-        assert agent.process.stop() == 0, agent.process.stderr
+        assert agent.run.stop() == 0, agent.run.stderr
         stop.set()
         thread.join(5)
         writer.close()
@@ -402,7 +367,7 @@ def test_pfc_pause_time_is_exported_in_seconds_for_priorities_that_paused(
         ]
     )
     writer.close()
-    agent = Agent("--source", f"replay:{trace}")
+    agent = AgentProcess("--source", f"replay:{trace}")
     try:
         # 750,000 us after three seconds of playback: 0.75 s paused on priority 3.
         body = agent.scrape_when(
@@ -410,4 +375,4 @@ def test_pfc_pause_time_is_exported_in_seconds_for_priorities_that_paused(
         )
         assert 'pfc_pause_seconds_total{device="mlx5_0",port="1",priority="5"}' not in body
     finally:
-        assert agent.process.stop() == 0, agent.process.stderr
+        assert agent.run.stop() == 0, agent.run.stderr

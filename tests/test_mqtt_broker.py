@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import require_binary
-from tests.processes import DEADLINE_SECONDS, wait_until
-from tests.test_agent import RunningAgent, fetch, free_port, make_certificates, metric
+from tests.processes import DEADLINE_SECONDS, AgentProcess, fetch, free_port, metric, wait_until
+from tests.test_agent import make_certificates
 from tests.test_cli_core import assert_usage_error
 
 pytestmark = pytest.mark.integration
@@ -196,7 +196,7 @@ def test_outage_of_ten_seconds_loses_nothing(
     url = f"mqtt://127.0.0.1:{broker.port}"
     subscriber = Subscriber(url, "--session", "outage-test")
     port = EmulatedPort(sysfs_copy)
-    agent = RunningAgent(*agent_args(sysfs_copy, url))
+    agent = AgentProcess(*agent_args(sysfs_copy, url))
     try:
         agent.wait_ready()
         assert subscriber.wait_for(lambda: len(subscriber.events()) >= 5, 15)
@@ -221,15 +221,14 @@ def test_outage_of_ten_seconds_loses_nothing(
             )
 
         assert subscriber.wait_for(drained, 25), "agent did not reconnect and drain"
-        status, _, stderr = agent.stop()
+        status, stderr = agent.stop(), agent.stderr
         assert status == 0, stderr
         assert subscriber.wait_for(
             lambda: any(line.get("online") is False for line in subscriber.lines), 10
         )
     finally:
         port.close()
-        if agent.process.poll() is None:
-            agent.stop()
+        agent.stop()
         subscriber.stop()
     offline = [line for line in subscriber.lines if line.get("online") is False][-1]
     events = subscriber.events()
@@ -345,7 +344,7 @@ def test_username_password_and_bad_credentials(tmp_path: Path, sysfs_copy: Path)
     try:
         good = f"mqtt://agent:s3cret@127.0.0.1:{broker.port}"
         subscriber = Subscriber(good)
-        agent = RunningAgent(*agent_args(sysfs_copy, good))
+        agent = AgentProcess(*agent_args(sysfs_copy, good))
         try:
             agent.wait_ready()
             wait_metric(agent.url, "burstscope_mqtt_connected ", 1)
@@ -383,7 +382,7 @@ def test_tls_with_client_certificates(tmp_path: Path, sysfs_copy: Path) -> None:
            "--mqtt-key", str(certs["client-key"])]  # fmt: skip
     try:
         subscriber = Subscriber(url, *tls)
-        agent = RunningAgent(*agent_args(sysfs_copy, url, *tls))
+        agent = AgentProcess(*agent_args(sysfs_copy, url, *tls))
         try:
             agent.wait_ready()
             assert subscriber.wait_for(lambda: any(x.get("online") for x in subscriber.lines), 15)
@@ -403,7 +402,7 @@ def test_tls_with_client_certificates(tmp_path: Path, sysfs_copy: Path) -> None:
 def test_unreachable_broker_at_start_keeps_serving_and_spools(sysfs_copy: Path) -> None:
     url = f"mqtt://127.0.0.1:{free_port()}"
     port = EmulatedPort(sysfs_copy)
-    agent = RunningAgent(*agent_args(sysfs_copy, url))
+    agent = AgentProcess(*agent_args(sysfs_copy, url))
     try:
         agent.wait_ready()
         depth = "burstscope_mqtt_spool_messages "
@@ -413,7 +412,7 @@ def test_unreachable_broker_at_start_keeps_serving_and_spools(sysfs_copy: Path) 
         assert metric(second, "burstscope_mqtt_connected ") == 0
         assert metric(second, depth) > metric(first, depth) >= 0
         assert metric(second, "burstscope_sampler_up ") == 1
-        status, _, stderr = agent.stop()
+        status, stderr = agent.stop(), agent.stderr
     finally:
         port.close()
     assert status == 0
@@ -429,19 +428,19 @@ def test_disk_spool_survives_an_agent_restart(tmp_path: Path, sysfs_copy: Path) 
     port = EmulatedPort(sysfs_copy)
     subscriber = None
     try:
-        first = RunningAgent(*agent_args(sysfs_copy, url, "--mqtt-spool-dir", str(spool)))
+        first = AgentProcess(*agent_args(sysfs_copy, url, "--mqtt-spool-dir", str(spool)))
         first.wait_ready()
         depth = "burstscope_mqtt_spool_messages "
         spooled = metric(wait_metric(first.url, depth, lambda value: value >= 5), depth)
-        status, _, stderr = first.stop()
+        status, stderr = first.stop(), first.stderr
         assert status == 0, stderr
         broker.start()
         subscriber = Subscriber(url, "--session", "restart-test")
-        second = RunningAgent(*agent_args(sysfs_copy, url, "--mqtt-spool-dir", str(spool)))
+        second = AgentProcess(*agent_args(sysfs_copy, url, "--mqtt-spool-dir", str(spool)))
         second.wait_ready()
         runs = lambda: sorted({e["run"] for e in subscriber.events()})  # noqa: E731
         assert subscriber.wait_for(lambda: len(runs()) >= 2, 20), runs()
-        status, _, stderr = second.stop()
+        status, stderr = second.stop(), second.stderr
         assert status == 0, stderr
     finally:
         port.close()

@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import require_binary
-from tests.emulated_node import CounterWriter, EmulatedNode, Load, free_port, running_agent
+from tests.emulated_node import CounterWriter, EmulatedNode, Load, running_agent
+from tests.processes import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,7 @@ import pytest
 from detectors.analyzer import DirectionAnalyzer
 from detectors.config import Thresholds
 from tests.conftest import SYSFS
-from tests.processes import DEADLINE_SECONDS, STOP_SECONDS, LoggedProcess
-from tests.test_agent import fetch, free_port, metric
+from tests.processes import DEADLINE_SECONDS, STOP_SECONDS, LoggedProcess, fetch, free_port, metric
 
 RATE = 1_000_000_000  # bytes per second
 MS = 1_000_000

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from collector.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
-from tests.processes import STOP_SECONDS, wait_until
-from tests.test_agent import fetch, free_port
+from tests.processes import STOP_SECONDS, fetch, free_port, wait_until
 
 
 class NotifySocket:
