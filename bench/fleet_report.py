@@ -2,9 +2,10 @@
 
 Generates ``--nodes`` simulated nodes of one job (``burstscope simulate --host``), each
 ``--seconds`` of 9 ports at 1 ms, then measures, in this run:
-- bytes_per_row of the compact traces; writer CPU per row and reader rows per second of
-  the compact encoding against the previous settings (timestamp order, zstd only) on the
-  same rows;
+- bytes_per_row of the compact traces (samples and slow counters; per column for the first
+  node); writer CPU per row and reader rows per second of the compact encoding against the
+  previous settings (exact nanosecond times, timestamp order, zstd only) on the same rows,
+  both writers starting from what the recorders hand the trace writer;
 - single_process_seconds: ``burstscope report --json`` over every trace;
 - dask_seconds: the same with ``--workers W`` (a LocalCluster, started inside the timing),
   and dask_analysis_seconds on a cluster already up, with each worker's peak RSS;
@@ -24,19 +25,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from burstscope.cluster import dask_cluster  # noqa: E402
 from burstscope.report_model import analyze_paths  # noqa: E402
-from collector.trace import read_samples  # noqa: E402
-from collector.trace.writer import SAMPLE_ENCODING, _port_ordered  # noqa: E402
+from collector.simulation.model import TrafficModel  # noqa: E402
+from collector.simulation.profiles import DEFAULT_PROFILE, SECOND  # noqa: E402
+from collector.trace import SCHEMA, PortColumns, SlowRow, TraceWriter, read_samples  # noqa: E402
+from collector.trace.writer import SAMPLE_ENCODING, _batch, _port_ordered  # noqa: E402
+from collector.tracegen import NodeTiming, simulate_trace  # noqa: E402
 from detectors.config import Thresholds  # noqa: E402
 
 ACME_NODES = 590
@@ -58,29 +63,77 @@ def generate(root: Path, nodes: int, seconds: int) -> list[Path]:
     return paths
 
 
-def encoding_figures(trace: Path) -> dict[str, float]:
-    """Writer CPU and reader speed, compact against previous settings, on the same rows."""
-    pieces = [pq.read_table(p) for p in sorted(trace.glob("part-*.parquet"))]
-    rows = sum(t.num_rows for t in pieces)
-    batches = [[b for b in t.to_batches()] for t in pieces]
+def writer_input(host: str, seconds: int) -> list[list[PortColumns]]:
+    """What the writer is handed for node ``host`` of the fleet (exact nanosecond times), one
+    list of ports per piece: the same rows ``simulate --host`` writes, captured in memory."""
+
+    class Capture(TraceWriter):
+        def __init__(self) -> None:
+            super().__init__(Path(os.devnull))
+            self.pieces: list[list[PortColumns]] = []
+
+        def append(self, ports: Sequence[PortColumns]) -> None:
+            self.pieces.append(list(ports))
+
+        def append_slow(self, rows: Sequence[SlowRow]) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    capture = Capture()
+    model = TrafficModel(DEFAULT_PROFILE, 1)
+    simulate_trace(model, capture, seconds * SECOND, node=NodeTiming.for_host(host, 1))
+    return capture.pieces
+
+
+# The settings before the compact encoding: exact nanosecond times, rows in timestamp order,
+# zstd only (dictionaries where pyarrow picks them).
+PREVIOUS_SCHEMA = SCHEMA.set(0, pa.field("timestamp_ns", pa.int64(), nullable=False))
+
+
+def _previous_piece(ports: list[PortColumns]) -> pa.Table:
+    batches = []
+    for port in ports:
+        count = len(port.timestamp_ns)
+        rate = np.broadcast_to(np.asarray(port.line_rate_bytes_per_second, np.int64), (count,))
+        columns = [
+            pa.array(port.timestamp_ns, type=pa.int64()),
+            pa.DictionaryArray.from_arrays(
+                pa.array(np.zeros(count, dtype=np.int32)), pa.array([port.device])
+            ),
+            pa.array(np.full(count, port.port, dtype=np.int32)),
+            pa.array(port.xmit_bytes, type=pa.uint64()),
+            pa.array(port.rcv_bytes, type=pa.uint64()),
+            pa.array(port.read_ns, type=pa.int64()),
+            pa.array(rate),
+            pa.array(port.rebaseline, type=pa.bool_()),
+        ]
+        batches.append(pa.RecordBatch.from_arrays(columns, schema=PREVIOUS_SCHEMA))
+    table = pa.Table.from_batches(batches, schema=PREVIOUS_SCHEMA)
+    return table.sort_by([("timestamp_ns", "ascending")])
+
+
+def encoding_figures(pieces: list[list[PortColumns]]) -> dict[str, object]:
+    """Writer CPU and reader speed, compact against previous settings, on the same rows: both
+    writers start from what the recorders hand TraceWriter.append (exact nanoseconds)."""
+    rows = sum(len(port.timestamp_ns) for ports in pieces for port in ports)
     files: dict[str, list[bytes]] = {}
     cpu: dict[str, float] = {}
-    for name in ("previous", "compact"):
-        best = float("inf")
-        for _ in range(3):
+    for _round in range(3):  # alternated, best of three: a shared machine's load moves
+        for name in ("previous", "compact"):
             began = time.process_time()
             written = []
-            for table, parts in zip(pieces, batches, strict=True):
+            for ports in pieces:
                 sink = io.BytesIO()
                 if name == "previous":
-                    ordered = table.sort_by([("timestamp_ns", "ascending")])
-                    pq.write_table(ordered, sink, compression="zstd")
+                    pq.write_table(_previous_piece(ports), sink, compression="zstd")
                 else:
-                    pq.write_table(_port_ordered(_per_port(parts)), sink, **SAMPLE_ENCODING)
+                    table = _port_ordered([_batch(port) for port in ports])
+                    pq.write_table(table, sink, **SAMPLE_ENCODING)
                 written.append(sink.getvalue())
-            best = min(best, time.process_time() - began)
-        cpu[name] = best
-        files[name] = written
+            cpu[name] = min(cpu.get(name, float("inf")), time.process_time() - began)
+            files[name] = written
     speed: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as directory:
         for name, blobs in files.items():
@@ -88,13 +141,13 @@ def encoding_figures(trace: Path) -> dict[str, float]:
             folder.mkdir()
             for index, blob in enumerate(blobs):
                 (folder / f"part-{index:06d}.parquet").write_bytes(blob)
-            best = float("inf")
-            for _ in range(3):
+        for _round in range(3):
+            for name in files:
                 began = time.process_time()
-                for _samples in read_samples(folder):
+                for _samples in read_samples(Path(directory) / name):
                     pass
-                best = min(best, time.process_time() - began)
-            speed[name] = rows / best
+                best = time.process_time() - began
+                speed[name] = max(speed.get(name, 0.0), rows / best)
     return {
         "writer_cpu_ns_per_row_previous": cpu["previous"] / rows * 1e9,
         "writer_cpu_ns_per_row_compact": cpu["compact"] / rows * 1e9,
@@ -103,17 +156,24 @@ def encoding_figures(trace: Path) -> dict[str, float]:
         "reader_rows_per_second_compact": speed["compact"],
         "reader_speed_ratio": speed["compact"] / speed["previous"],
         "bytes_per_row_previous": sum(len(b) for b in files["previous"]) / rows,
+        "bytes_per_row_by_column_previous": _by_column(files["previous"], rows),
     }
 
 
-def _per_port(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
-    """The writer's input: one record batch per port."""
-    table = pa.Table.from_batches(batches)
-    out = []
-    for device in table.column("device").combine_chunks().dictionary.to_pylist():
-        mask = pc.equal(table.column("device").cast(pa.string()), device)
-        out.extend(table.filter(mask).combine_chunks().to_batches())
-    return out
+def _by_column(blobs: list[bytes], rows: int) -> dict[str, float]:
+    """Compressed bytes per row of each column chunk, plus what the footers take."""
+    sizes: dict[str, float] = {}
+    for blob in blobs:
+        metadata = pq.ParquetFile(io.BytesIO(blob)).metadata
+        for group in range(metadata.num_row_groups):
+            for index in range(metadata.num_columns):
+                column = metadata.row_group(group).column(index)
+                sizes[column.path_in_schema] = (
+                    sizes.get(column.path_in_schema, 0) + column.total_compressed_size
+                )
+    total = sum(len(blob) for blob in blobs)
+    sizes["footers_and_headers"] = total - sum(sizes.values())
+    return {name: round(size / rows, 3) for name, size in sizes.items()}
 
 
 def timed_report(paths: list[Path], *flags: str) -> tuple[float, bytes]:
@@ -159,7 +219,13 @@ def main() -> None:
         size = sum(f.stat().st_size for t in paths for f in t.rglob("*") if f.is_file())
         figures["rows"] = rows
         figures["bytes_per_row"] = size / rows
-        figures.update(encoding_figures(paths[0]))
+        slow = sum(f.stat().st_size for t in paths for f in t.glob("_slow/*.parquet"))
+        figures["slow_bytes_per_row"] = slow / rows
+        figures["bytes_per_row_by_column"] = _by_column(
+            [p.read_bytes() for p in sorted(paths[0].glob("part-*.parquet"))],
+            sum(pq.ParquetFile(p).metadata.num_rows for p in paths[0].glob("part-*.parquet")),
+        )
+        figures.update(encoding_figures(writer_input(paths[0].name, args.seconds)))
 
         single, single_json = timed_report(paths)
         dask, dask_json = timed_report(paths, "--workers", str(args.workers))

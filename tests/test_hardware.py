@@ -295,8 +295,8 @@ def test_a_renegotiated_link_is_divided_by_its_new_rate(tmp_path: Path) -> None:
             assert agent.run.stop() == 0, agent.run.stderr
     # The trace records the rate in force per row, in time order: 400 then 200 Gb/s.
     (run,) = (tmp_path / "trace").iterdir()
-    table = pq.read_table(run, columns=["timestamp_ns", "line_rate_bytes_per_second"])
-    rates = table.sort_by("timestamp_ns").column("line_rate_bytes_per_second").to_pylist()
+    table = pq.read_table(run, columns=["timestamp_us", "line_rate_bytes_per_second"])
+    rates = table.sort_by("timestamp_us").column("line_rate_bytes_per_second").to_pylist()
     first_low = rates.index(25_000_000_000)
     assert set(rates[:first_low]) == {50_000_000_000} and set(rates[first_low:]) == {25_000_000_000}
     # The report divides each interval by the rate in force and says so.

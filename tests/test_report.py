@@ -325,7 +325,8 @@ def test_subprocess_bad_input_has_no_traceback(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr == (
         f"burstscope report: error: {str(path)!r}: unknown column 'colour' (expected "
-        "timestamp_ns, device, port, xmit_bytes, rcv_bytes, line_rate_bytes_per_second, "
+        "timestamp_us or timestamp_ns, device, port, xmit_bytes, rcv_bytes, "
+        "line_rate_bytes_per_second, "
         "rebaseline, read_ns)\n"
     )
 

@@ -68,9 +68,10 @@ def test_ring_returns_rows_in_order_and_counts_what_it_overwrote() -> None:
 
 def _read(path: Path) -> dict[str, np.ndarray]:
     table = ds.dataset(path).to_table()
-    return {
-        name: table[name].to_numpy() for name in ("timestamp_ns", "xmit_bytes", "rebaseline")
-    } | {"device": np.asarray(table["device"].to_pylist())}
+    return {name: table[name].to_numpy() for name in ("xmit_bytes", "rebaseline")} | {
+        "timestamp_ns": table["timestamp_us"].to_numpy() * 1_000,
+        "device": np.asarray(table["device"].to_pylist()),
+    }
 
 
 def test_record_loopback_at_one_millisecond(tmp_path: Path) -> None:

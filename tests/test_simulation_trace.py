@@ -14,13 +14,14 @@ from collector.simulation.congestion import XMIT_WAIT_PER_MS
 from collector.simulation.model import TrafficModel
 from collector.simulation.profiles import SECOND
 from collector.trace import read_slow
-from collector.tracegen import FIXED_EPOCH_NS
+from collector.tracegen import CHUNK_TICKS, FIXED_EPOCH_NS, sample_times
 
 WINDOW_NS = 15 * SECOND
 
 
 def load(path: Path) -> dict[str, dict[str, np.ndarray]]:
-    """Per device: timestamp_ns, xmit_bytes, rcv_bytes, read_ns, line rate, rebaseline."""
+    """Per device: timestamp_ns (the stored microseconds in ns), xmit_bytes, rcv_bytes, read_ns,
+    line rate, rebaseline."""
     table = pq.read_table(path)
     device = table.column("device").unify_dictionaries()
     names = device.chunks[0].dictionary.to_pylist()
@@ -29,6 +30,7 @@ def load(path: Path) -> dict[str, dict[str, np.ndarray]]:
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
     columns = {n: table.column(n).to_numpy()[order] for n in table.column_names if n != "device"}
+    columns["timestamp_ns"] = columns.pop("timestamp_us").astype(np.int64) * 1_000
     out: dict[str, dict[str, np.ndarray]] = {}
     for code, name in enumerate(names):
         mine = slice(bounds[code], bounds[code + 1])
@@ -50,13 +52,24 @@ def test_trace_is_deterministic_and_reads_back_as_the_model(tmp_path: Path) -> N
     ports = load(first)
     assert sorted(ports) == [f"mlx5_{i}" for i in range(9)]
     model = TrafficModel("moe", 3)
+    # The exact read midpoints (model time), as the generator drew them for seed 3.
+    ticks = 12_001
+    chunks = [min(CHUNK_TICKS, ticks - first) for first in range(0, ticks, CHUNK_TICKS)]
+    exact = np.concatenate(
+        [sample_times(c, n, 1_000_000, 9, 3).midpoint_ns for c, n in enumerate(chunks)], axis=1
+    )
     for index, spec in enumerate(model.ports):
         rows = ports[spec.device]
         assert len(rows["timestamp_ns"]) == 12_001
         assert rows["rebaseline"][0] and not rows["rebaseline"][1:].any()
         assert set(rows["line_rate_bytes_per_second"]) == {spec.line_rate_bytes_per_second}
-        assert ((rows["read_ns"] >= 1_000) & (rows["read_ns"] < 3_000)).all()
-        model_time = rows["timestamp_ns"].astype(np.int64) - FIXED_EPOCH_NS
+        # Reads of 1 to 3 us, stored rounded up to a whole microsecond.
+        assert set(np.unique(rows["read_ns"])) <= {1_000, 2_000, 3_000}
+        # The trace keeps each read's midpoint to the nearest microsecond.
+        model_time = exact[index]
+        assert np.array_equal(
+            rows["timestamp_ns"], (model_time + 500) // 1_000 * 1_000 + FIXED_EPOCH_NS
+        )
         # Ticks every 1 ms, each a few microseconds late, never early.
         lateness = model_time - np.arange(len(model_time)) * 1_000_000
         assert (lateness > 0).all() and lateness.max() < 100_000
@@ -71,7 +84,7 @@ def test_trace_is_deterministic_and_reads_back_as_the_model(tmp_path: Path) -> N
     seconds = (wait.timestamp_ns - FIXED_EPOCH_NS) // SECOND
     assert seconds.tolist() == list(range(13)) and wait.rebaseline.tolist() == [True] + [False] * 12
     rows = ports["mlx5_0"]
-    stamps = rows["timestamp_ns"].astype(np.int64)
+    stamps = exact[0] + FIXED_EPOCH_NS  # the congestion counters rise with the true time
     utilization = np.diff(rows["xmit_bytes"].astype(np.int64)) / (
         model.ports[0].bytes_per_ns * np.diff(stamps)
     )

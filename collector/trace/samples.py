@@ -14,15 +14,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collector.trace.schema import (
+    EXACT_TIME_COLUMN,
     PIECE_PREFIX,
+    TIME_COLUMN,
+    TIME_GRAIN_NS,
     TraceError,
     TraceInfo,
 )
 
-REQUIRED_COLUMNS = ("timestamp_ns", "device", "port", "xmit_bytes", "rcv_bytes")
+# Besides one of the time columns: timestamp_us (traces since the compact encoding) or
+# timestamp_ns (older traces, CSV).
+TIME_COLUMNS = (TIME_COLUMN, EXACT_TIME_COLUMN)
+REQUIRED_COLUMNS = ("device", "port", "xmit_bytes", "rcv_bytes")
 OPTIONAL_COLUMNS = ("line_rate_bytes_per_second", "rebaseline", "read_ns")
 _CSV_TYPES = {
-    "timestamp_ns": pa.int64(),
+    TIME_COLUMN: pa.int64(),
+    EXACT_TIME_COLUMN: pa.int64(),
     "device": pa.string(),
     "port": pa.int32(),
     "xmit_bytes": pa.uint64(),
@@ -111,12 +118,16 @@ def _batches(file: Path, block_bytes: int) -> Iterator[pa.RecordBatch]:
 
 
 def _check_columns(file: Path, names: Sequence[str]) -> None:
-    unknown = [n for n in names if n not in REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
+    unknown = [n for n in names if n not in TIME_COLUMNS + REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
     if unknown:
+        expected = [" or ".join(TIME_COLUMNS), *REQUIRED_COLUMNS, *OPTIONAL_COLUMNS]
         raise TraceError(
-            f"{str(file)!r}: unknown column {unknown[0]!r} "
-            f"(expected {', '.join(REQUIRED_COLUMNS + OPTIONAL_COLUMNS)})"
+            f"{str(file)!r}: unknown column {unknown[0]!r} (expected {', '.join(expected)})"
         )
+    times = [n for n in TIME_COLUMNS if n in names]
+    if len(times) != 1:
+        problem = "both columns" if times else "missing column"
+        raise TraceError(f"{str(file)!r}: {problem} {' or '.join(map(repr, TIME_COLUMNS))}")
     missing = [n for n in REQUIRED_COLUMNS if n not in names]
     if missing:
         raise TraceError(f"{str(file)!r}: missing column {missing[0]!r}")
@@ -166,7 +177,8 @@ def _split_ports(
     if batch.num_rows == 0:
         return
     names = batch.schema.names
-    for name in REQUIRED_COLUMNS:
+    time_column = TIME_COLUMN if TIME_COLUMN in names else EXACT_TIME_COLUMN
+    for name in (time_column, *REQUIRED_COLUMNS):
         if batch.column(name).null_count:
             raise TraceError(f"{str(file)!r}: empty value in column {name!r}")
     device = batch.column("device")
@@ -187,7 +199,9 @@ def _split_ports(
         values = np.asarray(batch.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
         return values if order is None else values[order]
 
-    timestamp = column("timestamp_ns", np.int64)
+    timestamp = column(time_column, np.int64)
+    if time_column == TIME_COLUMN:
+        timestamp = timestamp * TIME_GRAIN_NS  # readers get nanoseconds from every trace
     xmit = column("xmit_bytes", np.uint64)
     rcv = column("rcv_bytes", np.uint64)
     rate = (
