@@ -37,6 +37,7 @@ from collector.sources.base import (
     describe_bad_status,
 )
 from collector.trace import PortColumns
+from collector.trace.schema import TIME_GRAIN_NS, stored_times
 
 _MAGIC = 0x62757273_74736370  # "burstscp"
 _PAGE_BYTES = mmap.PAGESIZE
@@ -382,15 +383,20 @@ class RingReader:
                 for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
                     key = describe_bad_status(int(code))
                     refused[key] = refused.get(key, 0) + int(count)
+            # The times as a recording keeps them, so what the agent detects live is what a
+            # report finds in its recording, to the sample.
+            stamps_us, stored_read_ns = stored_times(
+                rows.timestamp_ns[present, index] + offset, rows.read_ns[present, index]
+            )
             columns.append(
                 PortColumns(
                     device=spec.device,
                     port=spec.port,
                     line_rate_bytes_per_second=spec.line_rate_bytes_per_second,
-                    timestamp_ns=rows.timestamp_ns[present, index] + offset,
+                    timestamp_ns=stamps_us * TIME_GRAIN_NS,
                     xmit_bytes=rows.xmit_bytes[present, index],
                     rcv_bytes=rows.rcv_bytes[present, index],
-                    read_ns=rows.read_ns[present, index],
+                    read_ns=stored_read_ns,
                     rebaseline=status[present] == STATUS_REBASELINE,
                 )
             )

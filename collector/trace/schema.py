@@ -183,3 +183,17 @@ class SlowRow:
     value: int
     spec: CounterSpec | None  # None: a gauge
     rebaseline: bool
+
+
+def stored_times(
+    timestamp_ns: npt.NDArray[np.int64], read_ns: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The sample times as a trace keeps them: the midpoint to the nearest microsecond, the
+    read duration rounded up to a whole microsecond (the module docstring says why). The
+    agent's pipeline applies it too, so live detection sees what a recording stores."""
+    import numpy as np  # here: this module is loaded by commands that need no numpy
+
+    half = TIME_GRAIN_NS // 2
+    stamps = (np.asarray(timestamp_ns, np.int64) + half) // TIME_GRAIN_NS
+    reads = -(-np.asarray(read_ns, np.int64) // TIME_GRAIN_NS) * TIME_GRAIN_NS
+    return stamps, reads

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -24,11 +23,11 @@ from collector.trace.schema import (
     SLOW_PREFIX,
     SLOW_SCHEMA,
     TIME_COLUMN,
-    TIME_GRAIN_NS,
     PortColumns,
     SlowRow,
     TraceError,
     TraceInfo,
+    stored_times,
 )
 
 
@@ -187,17 +186,6 @@ def _port_ordered(batches: list[pa.RecordBatch]) -> pa.Table:
         sort_keys=[("device", "ascending"), ("port", "ascending"), (TIME_COLUMN, "ascending")],
     )
     return table.take(order)
-
-
-def stored_times(
-    timestamp_ns: npt.NDArray[np.int64], read_ns: npt.NDArray[np.int64]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The sample times as a trace keeps them: the midpoint to the nearest microsecond, the
-    read duration rounded up to a whole microsecond (schema.py says why)."""
-    half = TIME_GRAIN_NS // 2
-    stamps = (np.asarray(timestamp_ns, np.int64) + half) // TIME_GRAIN_NS
-    reads = -(-np.asarray(read_ns, np.int64) // TIME_GRAIN_NS) * TIME_GRAIN_NS
-    return stamps, reads
 
 
 def _batch(port: PortColumns) -> pa.RecordBatch:
