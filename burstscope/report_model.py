@@ -129,7 +129,6 @@ class _Zoom:
 class DirectionReport:
     direction: str  # "transmit" | "receive"
     summary: Summary
-    bursts: Bursts
     plot: PlotSeries
     # Congestion counters recorded beside the samples (empty without slow pieces), by name.
     congestion: tuple[tuple[str, CongestionShare], ...] = ()
@@ -469,18 +468,24 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
     for series in slow:
         slow_by_port.setdefault((series.device, series.port), []).append(series)
     port_reports = []
+    # Each direction's bursts, for the synchrony across this node's ports: computed here, so
+    # the report sent back to the client holds no per-burst arrays (about 1 MB per port
+    # direction for 10 minutes of a busy port).
+    port_bursts: list[tuple[Bursts, Bursts]] = []
     saturated: list[Any] = []
     for key in sorted(found):
         port = found[key]
         port.finish()
         port_reports.append(_port_report(port, slow_by_port.get(key, [])))
         assert port.directions is not None
+        transmit, receive = port.directions
+        port_bursts.append((transmit.analyzer.bursts(), receive.analyzer.bursts()))
         saturated += [ms for direction in port.directions for ms in direction.saturated_ms]
     synchronies = []
     for index, name in enumerate(DIRECTIONS):
         if len(port_reports) < 2:
             continue
-        bursts = [p.directions[index].bursts for p in port_reports]
+        bursts = [both[index] for both in port_bursts]
         synchronies.append(
             (
                 str(path),
@@ -521,7 +526,6 @@ def _port_report(port: _Port, slow: list[SlowSeries]) -> PortReport:
             DirectionReport(
                 direction=name,
                 summary=summary,
-                bursts=analyzer.bursts(),
                 plot=direction.plot,
                 congestion=congestion,
             )
