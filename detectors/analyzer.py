@@ -347,8 +347,11 @@ class DirectionAnalyzer:
         peak = float(utilization.max())
         clipped = 0
         if peak > 1.0:
-            clipped = int(np.count_nonzero(utilization > 1.0))
-            np.minimum(utilization, 1.0, out=utilization)
+            # Few samples exceed 1 (timestamp jitter): setting them is one pass fewer than
+            # np.minimum over every sample, with the same values.
+            above = np.flatnonzero(utilization > 1.0)
+            clipped = int(above.size)
+            utilization[above] = 1.0
             peak = 1.0
 
         bytes_after = np.cumsum(delta, out=None if scratch is None else scratch.bytes_after[:n])
@@ -477,23 +480,51 @@ class DirectionAnalyzer:
         start = intervals.start_at(saturated)
         end = intervals.end_ns[saturated]
         duration = intervals.duration_ns[saturated]
-        self._counts.saturated_ns += int(duration.sum())
+        running = np.cumsum(duration)  # saturated ns up to each sample's end
+        self._counts.saturated_ns += int(running[-1])
         # Hidden saturation is settled when the coarse window the sample ends in closes;
         # a sample ending exactly on a boundary belongs to the window that ends there.
         length = self.thresholds.coarse_window_ns
-        window_end = ((end - 1) // length + 1) * length
-        # Sorted already (time order), so runs replace a sort-based unique.
-        first = np.flatnonzero(np.diff(window_end, prepend=window_end[0] - 1))
-        sums = np.add.reduceat(duration, first)
+        first_window = (int(end[0]) - 1) // length + 1
+        last_window = (int(end[-1]) - 1) // length + 1
         pending = self._carry.pending_saturated
-        for window, total in zip(window_end[first].tolist(), sums.tolist(), strict=True):
+        if last_window - first_window < saturated.size:
+            # Few windows (the usual chunk): each window's end found among the sorted sample
+            # ends, rather than a division per saturated sample. Every window holds the
+            # first sample's end or a later one, so each search finds at least one.
+            windows = np.arange(first_window, last_window + 1, dtype=np.int64) * length
+            upto = running[np.searchsorted(end, windows, side="right") - 1]
+            sums = upto.copy()
+            sums[1:] -= upto[:-1]
+            found = np.flatnonzero(sums)
+            window_ends, totals = windows[found].tolist(), sums[found].tolist()
+        else:
+            window_end = ((end - 1) // length + 1) * length
+            # Sorted already (time order), so runs replace a sort-based unique.
+            first = np.flatnonzero(np.diff(window_end, prepend=window_end[0] - 1))
+            window_ends = window_end[first].tolist()
+            totals = np.add.reduceat(duration, first).tolist()
+        for window, total in zip(window_ends, totals, strict=True):
             pending[window] = pending.get(window, 0) + total
-        # The seconds a saturated interval touches, for congestion attribution. Intervals
-        # do not overlap, so (start second, end second) pairs interleave in order.
-        seconds = np.empty(2 * start.size, dtype=np.int64)
-        seconds[0::2] = start // NS_PER_SECOND
-        seconds[1::2] = (end - 1) // NS_PER_SECOND
-        seconds = seconds[np.flatnonzero(np.diff(seconds, prepend=seconds[0] - 1))]
+        # The seconds a saturated interval touches, for congestion attribution: the second
+        # of its start and the second of its last nanosecond. Intervals do not overlap, so
+        # both are sorted.
+        low = int(start[0]) // NS_PER_SECOND
+        high = (int(end[-1]) - 1) // NS_PER_SECOND
+        if high - low < saturated.size:
+            # A second s holds a start in [s, s + 1) or an end in (s, s + 1]: counted by
+            # searching the few second boundaries, not by a division per sample.
+            edges = np.arange(low, high + 2, dtype=np.int64) * NS_PER_SECOND
+            starts_before = np.searchsorted(start, edges, side="left")
+            ends_upto = np.searchsorted(end, edges, side="right")
+            touched = starts_before[1:] > starts_before[:-1]
+            touched |= ends_upto[1:] > ends_upto[:-1]
+            seconds = np.flatnonzero(touched) + low
+        else:
+            seconds = np.empty(2 * start.size, dtype=np.int64)
+            seconds[0::2] = start // NS_PER_SECOND
+            seconds[1::2] = (end - 1) // NS_PER_SECOND
+            seconds = seconds[np.flatnonzero(np.diff(seconds, prepend=seconds[0] - 1))]
         kept = self._saturated_seconds
         if kept:
             seconds = seconds[seconds > kept[-1]]
@@ -526,7 +557,11 @@ def _finest_bins(utilization: F64, scratch: _Scratch | None) -> I64:
     index *= HISTOGRAM_LANES
     index += scratch.lanes[:n]
     counts = np.bincount(index, minlength=(UTILIZATION_BINS + 1) * HISTOGRAM_LANES)
-    per_bin = counts.reshape(UTILIZATION_BINS + 1, HISTOGRAM_LANES).sum(axis=1)
+    # The lanes' counts summed by strided adds: a few microseconds less than a reshape's
+    # sum along its short axis.
+    per_bin = counts[0::HISTOGRAM_LANES].copy()
+    for lane in range(1, HISTOGRAM_LANES):
+        per_bin += counts[lane::HISTOGRAM_LANES]
     # Exactly 1.0 belongs to the last bin, [0.999, 1.0].
     per_bin[UTILIZATION_BINS - 1] += per_bin[UTILIZATION_BINS]
     result: I64 = per_bin[:UTILIZATION_BINS].astype(np.int64, copy=False)

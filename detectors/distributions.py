@@ -48,8 +48,13 @@ def duration_bins(durations_ns: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     if durations_ns.size == 0:
         return np.zeros(DURATION_BINS, dtype=np.int64)
     values = np.maximum(durations_ns, 1).astype(np.float64)
-    index = np.ceil(np.log10(values) * DURATION_BINS_PER_DECADE).astype(np.intp)
-    np.clip(index, 0, DURATION_BINS - 1, out=index)
+    np.log10(values, out=values)
+    values *= DURATION_BINS_PER_DECADE
+    np.ceil(values, out=values)
+    index = values.astype(np.intp)
+    # Two ufuncs rather than np.clip, whose Python wrapper costs more than the clipping.
+    np.maximum(index, 0, out=index)
+    np.minimum(index, DURATION_BINS - 1, out=index)
     return np.bincount(index, minlength=DURATION_BINS).astype(np.int64, copy=False)
 
 

@@ -277,6 +277,10 @@ def advance_scales(scales: list[WindowScale], intervals: Intervals) -> list[Wind
     if total == 0:
         return [Windows.empty() for _ in scales]
     start = np.cumsum(count) - count  # each scale's segment of the joined arrays
+    finest = scales[0].length_ns
+    if intervals.all_valid and all(w.length_ns % finest == 0 for w in scales):
+        points = _nested_points(scales, intervals, firsts[0], counts[0], counts)
+        return _close_joined(scales, *points, start, count, all_covered=True)
     offsets = np.arange(total, dtype=np.int64) - np.repeat(start, count)
     length = np.repeat(np.array([w.length_ns for w in scales], dtype=np.int64), count)
     boundary = (np.repeat(np.array(firsts, dtype=np.int64), count) + offsets) * length
@@ -289,7 +293,7 @@ def advance_scales(scales: list[WindowScale], intervals: Intervals) -> list[Wind
         first[start[count > 0]] = True
         keep = valid | first
         if not keep.all():
-            boundary, index, length = boundary[keep], index[keep], length[keep]
+            boundary, index = boundary[keep], index[keep]
             valid = valid[keep]
             start, count = _segments_after(keep, start, count)
     interval_start = intervals.start_at(index)
@@ -302,8 +306,70 @@ def advance_scales(scales: list[WindowScale], intervals: Intervals) -> list[Wind
         bytes_fraction = intervals.delta[index] * into / np.maximum(intervals.duration_ns[index], 1)
         covered = intervals.covered_before_at(index) + into
     bytes_int = intervals.bytes_before_at(index)
+    return _close_joined(
+        scales, boundary, bytes_int, bytes_fraction, covered, start, count, all_covered=False
+    )
 
-    # _close(), together: each segment continues from its own scale's last boundary.
+
+def _nested_points(
+    scales: list[WindowScale],
+    intervals: Intervals,
+    first_k: int,
+    finest_count: int,
+    counts: list[int],
+) -> tuple[I64, I64, F64, I64]:
+    """Boundaries, A(b) (integer and fraction) and T(b) of every scale, joined, for a chunk
+    whose intervals are all valid and whose window lengths are multiples of the finest's.
+
+    Every coarser boundary is then also a finest boundary, and A(b) and T(b) depend on b
+    alone: the finest scale's points are computed once and the coarser scales take every
+    r-th of them (r = length / finest length), the same values as computing them again.
+    """
+    end = intervals.end_ns
+    length = scales[0].length_ns
+    boundary = np.arange(first_k * length, (first_k + finest_count) * length, length)
+    index = holding_interval(end, intervals.first_start_ns, boundary)
+    delta = intervals.delta[index]
+    interval_start = end[index - 1]
+    if index[0] == 0:  # sorted: only leading boundaries lie in the chunk's first interval
+        interval_start[index == 0] = intervals.first_start_ns
+    bytes_fraction = delta * (boundary - interval_start) / intervals.duration_ns[index]
+    bytes_int = intervals.bytes_after[index] - delta
+    # T(b) = T(t_{i-1}) + (b - t_{i-1}), and with every interval valid T(t_{i-1}) is
+    # covered_start + (t_{i-1} - first_start): the interval's start cancels.
+    covered = boundary + (intervals.covered_start - intervals.first_start_ns)
+    if len(scales) == 1:
+        return boundary, bytes_int, bytes_fraction, covered
+    picks = []
+    for scale, count in zip(scales, counts, strict=True):
+        if count <= 0:
+            continue
+        ratio = scale.length_ns // length
+        offset = -first_k % ratio  # the first multiple of ratio at or after first_k
+        picks.append(slice(offset, offset + ratio * count, ratio))
+    joined = tuple(
+        np.concatenate([values[pick] for pick in picks])
+        for values in (boundary, bytes_int, bytes_fraction, covered)
+    )
+    return joined[0], joined[1], joined[2], joined[3]
+
+
+def _close_joined(
+    scales: list[WindowScale],
+    boundary: I64,
+    bytes_int: I64,
+    bytes_fraction: F64,
+    covered: I64,
+    start: I64,
+    count: I64,
+    all_covered: bool,
+) -> list[Windows]:
+    """WindowScale._close of every scale at once, on their joined boundaries and points.
+
+    ``all_covered``: every window holds covered time (all intervals valid), so none is
+    dropped; T then rises from each scale's last boundary to the next.
+    """
+    # Each segment continues from its own scale's last boundary.
     live = np.flatnonzero(count > 0)
     first_of = start[live]
     last_of = first_of + count[live] - 1
@@ -328,17 +394,18 @@ def advance_scales(scales: list[WindowScale], intervals: Intervals) -> list[Wind
         scales[j]._covered = last_covered
 
     window_covered = covered - previous_covered
-    keep = window_covered > 0
-    window_bytes = (bytes_int - previous_int) + (bytes_fraction - previous_fraction)
-    if not keep.all():
-        boundary, window_bytes, window_covered, length = (
-            x[keep] for x in (boundary, window_bytes, window_covered, length)
-        )
-        start, count = _segments_after(keep, start, count)
-    utilization = np.minimum(window_bytes * scales[0]._scale / window_covered, 1.0)
+    window_bytes: F64 = (bytes_int - previous_int) + (bytes_fraction - previous_fraction)
+    if not all_covered:
+        keep = window_covered > 0
+        if not keep.all():
+            boundary, window_covered = boundary[keep], window_covered[keep]
+            window_bytes = window_bytes[keep]
+            start, count = _segments_after(keep, start, count)
+    utilization: F64 = window_bytes * scales[0]._scale
+    utilization /= window_covered
+    np.minimum(utilization, 1.0, out=utilization)
     np.maximum(utilization, 0.0, out=utilization)
-    full = window_covered * 2 >= length
-    _add_grouped(scales, utilization, full, start, count)
+    _add_grouped(scales, utilization, window_covered, start, count)
     return [
         Windows(boundary[a:b], utilization[a:b], window_covered[a:b]) if b > a else Windows.empty()
         for a, b in zip(start.tolist(), (start + count).tolist(), strict=True)
@@ -353,23 +420,49 @@ def _segments_after(keep: B, start: I64, count: I64) -> tuple[I64, I64]:
 
 
 def _add_grouped(
-    scales: list[WindowScale], utilization: F64, full: B, start: I64, count: I64
+    scales: list[WindowScale], utilization: F64, window_covered: I64, start: I64, count: I64
 ) -> None:
     """Distribution.add of each scale's full and partial windows, with one bincount."""
-    groups = 2 * len(scales)
     if utilization.size == 0:
         return
-    group = np.repeat(np.arange(0, groups, 2, dtype=np.intp), count) + ~full
+    length = np.repeat(np.array([w.length_ns for w in scales], dtype=np.int64), count)
+    full = window_covered * 2 >= length
     bins = (utilization * UTILIZATION_BINS).astype(np.intp)
     np.minimum(bins, UTILIZATION_BINS - 1, out=bins)
+    reference = scales[0].distribution
+    live = np.flatnonzero(count > 0)
+    where = start[live]
+    if full.all():
+        # The usual chunk: no partial window (only a trace's first and last, and a gap's
+        # edges, are partial), so each scale's segment is one group and reduces in place.
+        bins += np.repeat(np.arange(0, len(scales) * UTILIZATION_BINS, UTILIZATION_BINS), count)
+        histogram = np.bincount(bins, minlength=len(scales) * UTILIZATION_BINS)
+        histogram = histogram.reshape(len(scales), UTILIZATION_BINS)
+        idle = utilization < reference.idle_threshold
+        busy = utilization > reference.busy_threshold
+        for j, size, peak, idle_count, busy_count in zip(
+            live.tolist(),
+            count[live].tolist(),
+            np.maximum.reduceat(utilization, where).tolist(),
+            np.add.reduceat(idle, where, dtype=np.intp).tolist(),
+            np.add.reduceat(busy, where, dtype=np.intp).tolist(),
+            strict=True,
+        ):
+            distribution = scales[j].distribution
+            distribution.count += size
+            distribution.maximum = max(distribution.maximum, peak)
+            distribution.idle += idle_count
+            distribution.busy += busy_count
+            distribution.histogram += histogram[j]
+        return
+    groups = 2 * len(scales)
+    group = np.repeat(np.arange(0, groups, 2, dtype=np.intp), count) + ~full
     histogram = np.bincount(group * UTILIZATION_BINS + bins, minlength=groups * UTILIZATION_BINS)
     histogram = histogram.reshape(groups, UTILIZATION_BINS).astype(np.int64, copy=False)
     sizes = histogram.sum(axis=1).tolist()
-    reference = scales[0].distribution
-    idle = np.bincount(group[utilization < reference.idle_threshold], minlength=groups).tolist()
-    busy = np.bincount(group[utilization > reference.busy_threshold], minlength=groups).tolist()
-    live = np.flatnonzero(count > 0)
-    where = start[live]
+    idle_groups = np.bincount(group[utilization < reference.idle_threshold], minlength=groups)
+    busy_groups = np.bincount(group[utilization > reference.busy_threshold], minlength=groups)
+    idle_list, busy_list = idle_groups.tolist(), busy_groups.tolist()
     full_max = np.maximum.reduceat(np.where(full, utilization, -1.0), where).tolist()
     partial_max = np.maximum.reduceat(np.where(full, -1.0, utilization), where).tolist()
     for position, j in enumerate(live.tolist()):
@@ -383,8 +476,8 @@ def _add_grouped(
                 continue
             distribution.count += size
             distribution.maximum = max(distribution.maximum, peak)
-            distribution.idle += idle[2 * j + offset]
-            distribution.busy += busy[2 * j + offset]
+            distribution.idle += idle_list[2 * j + offset]
+            distribution.busy += busy_list[2 * j + offset]
             distribution.histogram += histogram[2 * j + offset]
 
 
@@ -398,11 +491,15 @@ def holding_interval(end_ns: I64, first_start_ns: int, boundary: I64) -> I64:
     """
     n = int(end_ns.size)
     mean_interval = (int(end_ns[-1]) - first_start_ns) / n
-    guess = np.ceil((boundary - first_start_ns) / mean_interval).astype(np.int64) - 1
-    np.clip(guess, 0, n - 1, out=guess)
+    guess = np.ceil((boundary - first_start_ns) / mean_interval).astype(np.int64)
+    guess -= 1
+    # Two ufuncs rather than np.clip, whose Python wrapper costs more than the clipping.
+    np.maximum(guess, 0, out=guess)
+    np.minimum(guess, n - 1, out=guess)
     for _ in range(4):
-        early = end_ns[guess] < boundary  # b lies after this interval
-        late = end_ns[np.maximum(guess - 1, 0)] >= boundary
+        early = end_ns.take(guess) < boundary  # b lies after this interval
+        # At guess 0, end_ns[-1] (>= every b) stands in; the mask below discards it.
+        late = end_ns.take(guess - 1) >= boundary
         late &= guess > 0  # b lies at or before the previous interval's end
         if not early.any() and not late.any():
             return guess
