@@ -48,6 +48,8 @@ class Chunk:
     valid: B  # the interval is a measurement (not first, reset, rebaseline or gap)
     bursts: Bursts  # bursts that ended in or at the edge of this chunk
     windows: dict[str, Windows]  # windows closed in this chunk, keyed by scale
+    # Indices of the samples at or above the saturated threshold, in time order.
+    saturated: npt.NDArray[np.intp] = field(default_factory=lambda: np.empty(0, np.intp))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +136,7 @@ class _Scratch:
         self.duration = np.empty(size, dtype=np.int64)
         self.raw = np.empty(size, dtype=np.uint64)
         self.bytes_after = np.empty(size, dtype=np.int64)
+        self.covered = np.empty(size, dtype=np.int64)
         self.scaled = np.empty(size, dtype=np.float64)
         self.index = np.empty(size, dtype=np.intp)
         self.lanes = np.arange(size, dtype=np.intp) % HISTOGRAM_LANES
@@ -324,7 +327,11 @@ class DirectionAnalyzer:
                 scaled = np.multiply(delta, self._scale, out=scratch.scaled[:n])
                 utilization = np.divide(scaled, duration)
             if invalid:
-                covered_after = np.cumsum(np.where(valid, duration, 0))
+                # where(valid, duration, 0), summed in place in reused memory when there is some
+                covered_after = np.multiply(
+                    duration, valid, out=None if scratch is None else scratch.covered[:n]
+                )
+                np.cumsum(covered_after, out=covered_after)
                 covered_after += carry.covered_ns
             else:
                 covered_after = None
@@ -369,7 +376,7 @@ class DirectionAnalyzer:
         )
 
         self._add_finest(utilization, invalid, peak, scratch)
-        self._track_saturation(intervals, utilization)
+        saturated = self._track_saturation(intervals, utilization)
 
         closed = self._bursts.feed(intervals, utilization)
         if self.keep_bursts and len(closed):
@@ -401,7 +408,7 @@ class DirectionAnalyzer:
             if covered_after is None
             else int(covered_after[-1])
         )
-        return Chunk(end, utilization, valid, closed, windows)
+        return Chunk(end, utilization, valid, closed, windows, saturated)
 
     def finish(self) -> Chunk:
         """Close the open burst and the open window of every scale; feeding ends here."""
@@ -473,10 +480,12 @@ class DirectionAnalyzer:
         finest.idle += int(np.count_nonzero(utilization < finest.idle_threshold)) - invalid
         finest.busy += int(np.count_nonzero(utilization > finest.busy_threshold))
 
-    def _track_saturation(self, intervals: Intervals, utilization: F64) -> None:
+    def _track_saturation(self, intervals: Intervals, utilization: F64) -> npt.NDArray[np.intp]:
+        """Saturated time per coarse window and the seconds it touched; returns the indices
+        of the saturated samples."""
         saturated = np.flatnonzero(utilization >= self.thresholds.saturated)
         if saturated.size == 0:
-            return
+            return saturated
         start = intervals.start_at(saturated)
         end = intervals.end_ns[saturated]
         duration = intervals.duration_ns[saturated]
@@ -532,6 +541,7 @@ class DirectionAnalyzer:
         if self._retention is not None:
             while kept and kept[0] <= kept[-1] - self._retention:
                 kept.popleft()
+        return saturated
 
     def _settle_hidden(self, windows: Windows) -> None:
         pending = self._carry.pending_saturated

@@ -77,7 +77,9 @@ def congestion_share(
     """
     end = np.asarray(timestamp_ns, dtype=np.int64)
     deltas = counter_deltas(previous, values, spec, rebaseline)
-    seconds = np.unique(np.asarray(saturated_seconds, dtype=np.int64))
+    seconds = np.asarray(saturated_seconds, dtype=np.int64)
+    if not bool((seconds[1:] > seconds[:-1]).all()):  # the analyzer's are sorted and unique
+        seconds = np.unique(seconds)
     if end.size == 0:
         return CongestionShare(0, 0, 0)
     start = np.empty_like(end)

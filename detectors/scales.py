@@ -278,68 +278,71 @@ def advance_scales(scales: list[WindowScale], intervals: Intervals) -> list[Wind
         return [Windows.empty() for _ in scales]
     start = np.cumsum(count) - count  # each scale's segment of the joined arrays
     finest = scales[0].length_ns
-    if intervals.all_valid and all(w.length_ns % finest == 0 for w in scales):
-        points = _nested_points(scales, intervals, firsts[0], counts[0], counts)
-        return _close_joined(scales, *points, start, count, all_covered=True)
-    offsets = np.arange(total, dtype=np.int64) - np.repeat(start, count)
-    length = np.repeat(np.array([w.length_ns for w in scales], dtype=np.int64), count)
-    boundary = (np.repeat(np.array(firsts, dtype=np.int64), count) + offsets) * length
-    index = holding_interval(end, intervals.first_start_ns, boundary)
-    valid = intervals.valid if intervals.all_valid else intervals.valid[index]
+    if all(w.length_ns % finest == 0 for w in scales):
+        boundary, index, bytes_int, bytes_fraction, covered = _nested_points(
+            scales, intervals, firsts[0], counts
+        )
+    else:
+        offsets = np.arange(total, dtype=np.int64) - np.repeat(start, count)
+        length = np.repeat(np.array([w.length_ns for w in scales], dtype=np.int64), count)
+        boundary = (np.repeat(np.array(firsts, dtype=np.int64), count) + offsets) * length
+        index = holding_interval(end, intervals.first_start_ns, boundary)
+        bytes_int, bytes_fraction, covered = _points(intervals, boundary, index)
     if not intervals.all_valid:
         # As in advance(): only the first boundary inside an invalid interval counts.
         first = np.ones(total, dtype=np.bool_)
         first[1:] = index[1:] != index[:-1]
         first[start[count > 0]] = True
-        keep = valid | first
+        keep = intervals.valid[index] | first
         if not keep.all():
-            boundary, index = boundary[keep], index[keep]
-            valid = valid[keep]
+            boundary, bytes_int = boundary[keep], bytes_int[keep]
+            bytes_fraction, covered = bytes_fraction[keep], covered[keep]
             start, count = _segments_after(keep, start, count)
-    interval_start = intervals.start_at(index)
-    into = boundary - interval_start
-    if intervals.all_valid:  # durations >= 1 and no masking: the same values, fewer passes
-        bytes_fraction = intervals.delta[index] * into / intervals.duration_ns[index]
-        covered = interval_start - intervals.first_start_ns + intervals.covered_start + into
-    else:
-        into = np.where(valid, into, 0)
-        bytes_fraction = intervals.delta[index] * into / np.maximum(intervals.duration_ns[index], 1)
-        covered = intervals.covered_before_at(index) + into
-    bytes_int = intervals.bytes_before_at(index)
     return _close_joined(
-        scales, boundary, bytes_int, bytes_fraction, covered, start, count, all_covered=False
+        scales,
+        boundary,
+        bytes_int,
+        bytes_fraction,
+        covered,
+        start,
+        count,
+        all_covered=intervals.all_valid,
     )
 
 
-def _nested_points(
-    scales: list[WindowScale],
-    intervals: Intervals,
-    first_k: int,
-    finest_count: int,
-    counts: list[int],
-) -> tuple[I64, I64, F64, I64]:
-    """Boundaries, A(b) (integer and fraction) and T(b) of every scale, joined, for a chunk
-    whose intervals are all valid and whose window lengths are multiples of the finest's.
-
-    Every coarser boundary is then also a finest boundary, and A(b) and T(b) depend on b
-    alone: the finest scale's points are computed once and the coarser scales take every
-    r-th of them (r = length / finest length), the same values as computing them again.
-    """
-    end = intervals.end_ns
-    length = scales[0].length_ns
-    boundary = np.arange(first_k * length, (first_k + finest_count) * length, length)
-    index = holding_interval(end, intervals.first_start_ns, boundary)
+def _points(intervals: Intervals, boundary: I64, index: I64) -> tuple[I64, F64, I64]:
+    """A(b), as its integer part and its interpolated fraction, and T(b) at each boundary b
+    held by interval ``index``: values that depend on b alone, whatever the scale."""
+    interval_start = intervals.start_at(index)
+    into = boundary - interval_start
     delta = intervals.delta[index]
-    interval_start = end[index - 1]
-    if index[0] == 0:  # sorted: only leading boundaries lie in the chunk's first interval
-        interval_start[index == 0] = intervals.first_start_ns
-    bytes_fraction = delta * (boundary - interval_start) / intervals.duration_ns[index]
-    bytes_int = intervals.bytes_after[index] - delta
-    # T(b) = T(t_{i-1}) + (b - t_{i-1}), and with every interval valid T(t_{i-1}) is
-    # covered_start + (t_{i-1} - first_start): the interval's start cancels.
-    covered = boundary + (intervals.covered_start - intervals.first_start_ns)
-    if len(scales) == 1:
-        return boundary, bytes_int, bytes_fraction, covered
+    bytes_int: I64 = intervals.bytes_after[index] - delta
+    if intervals.all_valid:  # durations >= 1 and no masking: the same values, fewer passes
+        bytes_fraction: F64 = delta * into / intervals.duration_ns[index]
+        # T(b) = T(t_{i-1}) + (b - t_{i-1}), and with every interval valid T(t_{i-1}) is
+        # covered_start + (t_{i-1} - first_start): the interval's start cancels.
+        covered: I64 = boundary + (intervals.covered_start - intervals.first_start_ns)
+    else:
+        into = np.where(intervals.valid[index], into, 0)
+        bytes_fraction = delta * into / np.maximum(intervals.duration_ns[index], 1)
+        covered = intervals.covered_before_at(index) + into
+    return bytes_int, bytes_fraction, covered
+
+
+def _nested_points(
+    scales: list[WindowScale], intervals: Intervals, first_k: int, counts: list[int]
+) -> tuple[I64, I64, I64, F64, I64]:
+    """Boundaries, holding intervals, A(b) and T(b) of every scale, joined, when each
+    window length is a multiple of the finest's (``counts``: boundaries per scale).
+
+    Every coarser boundary is then also a finest boundary, and the points depend on b
+    alone: the finest scale's are computed once and each coarser scale takes every r-th
+    of them (r = its length / the finest length), the same values as computing them again.
+    """
+    length = scales[0].length_ns
+    boundary = np.arange(first_k * length, (first_k + counts[0]) * length, length)
+    index = holding_interval(intervals.end_ns, intervals.first_start_ns, boundary)
+    bytes_int, bytes_fraction, covered = _points(intervals, boundary, index)
     picks = []
     for scale, count in zip(scales, counts, strict=True):
         if count <= 0:
@@ -347,11 +350,13 @@ def _nested_points(
         ratio = scale.length_ns // length
         offset = -first_k % ratio  # the first multiple of ratio at or after first_k
         picks.append(slice(offset, offset + ratio * count, ratio))
-    joined = tuple(
-        np.concatenate([values[pick] for pick in picks])
-        for values in (boundary, bytes_int, bytes_fraction, covered)
+    return (
+        np.concatenate([boundary[pick] for pick in picks]),
+        np.concatenate([index[pick] for pick in picks]),
+        np.concatenate([bytes_int[pick] for pick in picks]),
+        np.concatenate([bytes_fraction[pick] for pick in picks]),
+        np.concatenate([covered[pick] for pick in picks]),
     )
-    return joined[0], joined[1], joined[2], joined[3]
 
 
 def _close_joined(
