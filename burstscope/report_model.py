@@ -224,9 +224,8 @@ class _Direction:
 
     def feed(self, timestamp: Any, values: Any, rebaseline: Any) -> None:
         chunk = self.analyzer.feed(timestamp, values, rebaseline)
-        saturated = chunk.utilization >= self.analyzer.thresholds.saturated
-        if saturated.any():
-            self.saturated_ms.append(saturated_milliseconds(chunk.timestamp_ns, saturated))
+        if chunk.saturated.size:
+            self.saturated_ms.append(saturated_milliseconds(chunk.timestamp_ns, chunk.saturated))
         self._keep(chunk)
 
     def finish(self) -> None:
@@ -273,10 +272,11 @@ class _Port:
         self.line_rate: int | None = None
         self.warnings: list[str] = []
         self.rate_warned = False
-        # Samples gathered into blocks of about BATCH_BLOCK before they reach the
+        # Samples gathered into blocks of at most BATCH_BLOCK before they reach the
         # detectors: a 5 s piece is 5,000 samples, and a feed has a fixed cost.
         self.buffer: list[PortSamples] = []
         self.buffered = 0
+        self.blocks = _Blocks()
 
     @property
     def label(self) -> str:
@@ -351,6 +351,9 @@ class _Port:
         if self.options.line_rate is not None or rates is None or not rates.size:
             self._gather(samples)
             return
+        if int(rates[0]) == self.line_rate and int(rates.min()) == int(rates.max()):
+            self._gather(samples)  # the usual piece: the rate in force throughout
+            return
         # Rows without a known rate (0) keep the rate in force.
         known = np.where(rates > 0, rates, 0)
         runs = np.flatnonzero((known != 0) & (known != np.roll(known, 1)))
@@ -371,8 +374,11 @@ class _Port:
             self._gather(samples if len(starts) == 1 else _rows(samples, slice(start, stop)))
 
     def _gather(self, samples: PortSamples) -> None:
+        size = samples.timestamp_ns.size
+        if self.buffered and self.buffered + size > BATCH_BLOCK:
+            self._flush()  # blocks within BATCH_BLOCK: the detectors' work arrays fit them
         self.buffer.append(samples)
-        self.buffered += samples.timestamp_ns.size
+        self.buffered += size
         if self.buffered >= BATCH_BLOCK:
             self._flush()
 
@@ -381,22 +387,53 @@ class _Port:
             return
         assert self.directions is not None
         parts, self.buffer, self.buffered = self.buffer, [], 0
-        stamps = _join([p.timestamp_ns for p in parts])
+        blocks = self.blocks
+        stamps = blocks.join("timestamp_ns", [p.timestamp_ns for p in parts])
         marks = (
             None
             if all(p.rebaseline is None for p in parts)
-            else _join(
+            else blocks.join(
+                "rebaseline",
                 [
                     np.zeros(p.timestamp_ns.size, np.bool_)
                     if p.rebaseline is None
                     else p.rebaseline
                     for p in parts
-                ]
+                ],
             )
         )
+        xmit = blocks.join("xmit_bytes", [p.xmit_bytes for p in parts])
+        rcv = blocks.join("rcv_bytes", [p.rcv_bytes for p in parts])
         transmit, receive = self.directions
-        transmit.feed(stamps, _join([p.xmit_bytes for p in parts]), marks)
-        receive.feed(stamps, _join([p.rcv_bytes for p in parts]), marks)
+        # A piece larger than a block (a CSV, a foreign Parquet file) is fed a block at a
+        # time; any chunking gives the same result.
+        for first in range(0, stamps.size, BATCH_BLOCK):
+            block = slice(first, first + BATCH_BLOCK)
+            block_marks = None if marks is None else marks[block]
+            transmit.feed(stamps[block], xmit[block], block_marks)
+            receive.feed(stamps[block], rcv[block], block_marks)
+
+
+class _Blocks:
+    """Arrays a port's blocks are joined into, reused from one block to the next.
+
+    A fresh array of a block (512 KiB) is fresh pages, and faulting them in costs more than
+    copying into memory already mapped. Nothing the detectors return refers to these
+    arrays: what outlives a feed is copied (or computed) from them.
+    """
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, npt.NDArray[Any]] = {}
+
+    def join(self, name: str, parts: list[npt.NDArray[Any]]) -> npt.NDArray[Any]:
+        size = sum(p.size for p in parts)
+        if size > BATCH_BLOCK:
+            return np.concatenate(parts)
+        array = self.arrays.get(name)
+        if array is None or array.dtype != parts[0].dtype:
+            array = self.arrays[name] = np.empty(BATCH_BLOCK, dtype=parts[0].dtype)
+        joined: npt.NDArray[Any] = np.concatenate(parts, out=array[:size])
+        return joined
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,8 +65,11 @@ class MillisecondRuns:
         return MillisecondRuns(edges[:-1][begin], edges[1:][end])
 
 
-def saturated_milliseconds(end_ns: I64, saturated: npt.NDArray[np.bool_]) -> I64:
-    """The millisecond each saturated sample ends in (sorted input gives sorted output)."""
+def saturated_milliseconds(
+    end_ns: I64, saturated: npt.NDArray[np.bool_] | npt.NDArray[np.intp]
+) -> I64:
+    """The millisecond each saturated sample ends in (sorted input gives sorted output);
+    ``saturated`` selects the samples, as a mask or as sorted indices."""
     return (end_ns[saturated] - 1) // NS_PER_MILLISECOND
 
 
