@@ -140,8 +140,11 @@ def _parquet_batches(file: Path) -> Iterator[pa.RecordBatch]:
         raise TraceError(
             f"{str(file)!r}: not a readable Parquet file (truncated?): {exc}"
         ) from None
-    _check_columns(file, reader.schema_arrow.names)
-    yield from reader.iter_batches(batch_size=1 << 20)
+    names = reader.schema_arrow.names
+    _check_columns(file, names)
+    # read_ns (the sampler's read durations) is for diagnostics, not analysis: not decoded.
+    wanted = [name for name in names if name != "read_ns"]
+    yield from reader.iter_batches(batch_size=1 << 20, columns=wanted)
 
 
 def _csv_batches(file: Path, block_bytes: int) -> Iterator[pa.RecordBatch]:
@@ -176,8 +179,7 @@ def _split_ports(
 ) -> Iterator[PortSamples]:
     if batch.num_rows == 0:
         return
-    names = batch.schema.names
-    time_column = TIME_COLUMN if TIME_COLUMN in names else EXACT_TIME_COLUMN
+    time_column = _time_column(batch.schema.names)
     for name in (time_column, *REQUIRED_COLUMNS):
         if batch.column(name).null_count:
             raise TraceError(f"{str(file)!r}: empty value in column {name!r}")
@@ -185,19 +187,61 @@ def _split_ports(
     if not pa.types.is_dictionary(device.type):
         device = device.dictionary_encode()
     device_names = [str(d) for d in device.dictionary.to_pylist()]
-    device_code = device.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    port = batch.column("port").to_numpy(zero_copy_only=False).astype(np.int64)
-    key = device_code << 32 | (port & 0xFFFFFFFF)
-    # Pieces written since the compact encoding hold each port's rows together: no sort.
+    device_code = device.indices.to_numpy(zero_copy_only=False)
+    port = batch.column("port").to_numpy(zero_copy_only=False)
+    # Where the (device, port) key changes, compared in the columns' own integers: a
+    # 64-bit key per row would be three fresh arrays of the batch's length.
+    changes = device_code[1:] != device_code[:-1]
+    changes |= port[1:] != port[:-1]
+    starts = np.flatnonzero(changes)
+    starts += 1
+    starts = np.concatenate(([0], starts))
+    run_key = _port_key(device_code[starts], port[starts])
+    if bool((run_key[1:] > run_key[:-1]).all()):
+        # Pieces written since the compact encoding hold each port's rows together, in
+        # key order: each run is one port, and no sort is needed.
+        codes, numbers = device_code[starts].tolist(), port[starts].tolist()
+        ports = [(device_names[c], int(p)) for c, p in zip(codes, numbers, strict=True)]
+        yield from _runs(file, batch, ports, starts, latest)
+        return
     # Otherwise a stable sort, so each port's rows keep their order in the file.
-    order = None if bool((key[1:] >= key[:-1]).all()) else np.argsort(key, kind="stable")
-    key_sorted = key if order is None else key[order]
+    key = _port_key(device_code, port)
+    order = np.argsort(key, kind="stable")
+    key_sorted = key[order]
     starts = np.flatnonzero(np.diff(key_sorted, prepend=key_sorted[0] - 1))
-    stops = np.append(starts[1:], key_sorted.size)
+    first_rows = order[starts]
+    codes, numbers = device_code[first_rows].tolist(), port[first_rows].tolist()
+    ports = [(device_names[c], int(p)) for c, p in zip(codes, numbers, strict=True)]
+    yield from _runs(file, batch.take(pa.array(order)), ports, starts, latest)
+
+
+def _time_column(names: Sequence[str]) -> str:
+    """The batch's time column (_check_columns made sure it has exactly one)."""
+    return TIME_COLUMN if TIME_COLUMN in names else EXACT_TIME_COLUMN
+
+
+def _port_key(device_code: npt.NDArray[Any], port: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """One int64 per row that sorts as (device code, port)."""
+    key: npt.NDArray[np.int64] = device_code.astype(np.int64) << 32 | (
+        port.astype(np.int64) & 0xFFFFFFFF
+    )
+    return key
+
+
+def _runs(
+    file: Path,
+    batch: pa.RecordBatch,
+    ports: list[tuple[str, int]],
+    starts: npt.NDArray[np.intp],
+    latest: dict[tuple[str, int], int],
+) -> Iterator[PortSamples]:
+    """The samples of each run of rows, one port's (device, port) each, in a batch whose
+    ports do not interleave."""
+    names = batch.schema.names
+    time_column = _time_column(names)
 
     def column(name: str, dtype: type[np.generic]) -> npt.NDArray[Any]:
-        values = np.asarray(batch.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
-        return values if order is None else values[order]
+        return np.asarray(batch.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
 
     timestamp = column(time_column, np.int64)
     if time_column == TIME_COLUMN:
@@ -210,14 +254,18 @@ def _split_ports(
         else None
     )
     rebaseline = column("rebaseline", np.bool_) if "rebaseline" in names else None
-    for first, stop in zip(starts.tolist(), stops.tolist(), strict=True):
-        code = int(key_sorted[first])
-        name = device_names[code >> 32]
-        number = int(port[first if order is None else order[first]])
+    # One pass over the batch for timestamps going backwards inside a run; the run that
+    # holds one is found only when there is one.
+    backwards = timestamp[1:] < timestamp[:-1]
+    backwards[starts[1:] - 1] = False  # a new port starts: its first time may be earlier
+    suspect = bool(backwards.any())
+    stops = np.append(starts[1:], timestamp.size)
+    for first, stop, (name, number) in zip(starts.tolist(), stops.tolist(), ports, strict=True):
         stamps = timestamp[first:stop]
         previous = latest.get((name, number))
-        backwards = np.diff(stamps) < 0
-        if backwards.any() or (previous is not None and int(stamps[0]) < previous):
+        if (suspect and bool((np.diff(stamps) < 0).any())) or (
+            previous is not None and int(stamps[0]) < previous
+        ):
             raise TraceError(f"{str(file)!r}: timestamps go backwards for {name} port {number}")
         latest[(name, number)] = int(stamps[-1])
         yield PortSamples(
