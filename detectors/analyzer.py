@@ -561,9 +561,10 @@ def _finest_bins(utilization: F64, scratch: _Scratch | None) -> I64:
     n = int(utilization.size)
     if scratch is None:
         scratch = _Scratch(n)
-    scaled = np.multiply(utilization, UTILIZATION_BINS, out=scratch.scaled[:n])
     index = scratch.index[:n]
-    index[...] = scaled  # truncation, as astype
+    # The product is cast to integers (truncation, as astype) in numpy's small buffers as
+    # it is computed: one pass over the samples, not a float array and a cast of it.
+    np.multiply(utilization, UTILIZATION_BINS, out=index, casting="unsafe")
     index *= HISTOGRAM_LANES
     index += scratch.lanes[:n]
     counts = np.bincount(index, minlength=(UTILIZATION_BINS + 1) * HISTOGRAM_LANES)
