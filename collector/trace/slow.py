@@ -52,24 +52,16 @@ def read_slow(path: Path) -> list[SlowSeries]:
     Raises :class:`TraceError` naming the file for unreadable pieces, missing or mistyped
     columns, empty values and unknown counter kinds.
     """
-    # Each piece goes to numpy at once, its strings to codes shared by the whole trace, so
-    # an hour of 9 ports (~1 M rows) peaks at ~110 bytes a row and needs one sort.
-    words: dict[str, dict[str, int]] = {"device": {}, "name": {}, "kind": {}}
+    files = slow_files(path)
     parts: dict[str, list[npt.NDArray[Any]]] = {}
-    for file in slow_files(path):
-        table = _slow_piece(file).combine_chunks()
-        if not table.num_rows:
-            continue
-        for column, lookup in words.items():
-            array = table.column(column).chunk(0)
-            codes = np.array(
-                [lookup.setdefault(str(w), len(lookup)) for w in array.dictionary.to_pylist()],
-                dtype=np.int32,
-            )
-            indices = array.indices.to_numpy(zero_copy_only=False)
-            parts.setdefault(column, []).append(codes[indices])
-        for column in ("timestamp_ns", "port", "value", "width_bits", "rebaseline"):
-            parts.setdefault(column, []).append(np.array(table.column(column).to_numpy()))
+    words: dict[str, dict[str, int]] = {"device": {}, "name": {}, "kind": {}}
+    table = _all_pieces(files)
+    # All pieces at once (or each piece, when one needs a closer look) go to numpy, their
+    # strings to codes shared by the whole trace, so an hour of 9 ports (~1 M rows) needs
+    # one sort.
+    for piece in [table] if table is not None else (_slow_piece(f) for f in files):
+        _add_piece(piece, words, parts)
+    del table  # in numpy now: the Arrow copy need not outlive the sort below
     if not parts:
         return []
     joined = {column: np.concatenate(parts.pop(column)) for column in list(parts)}
@@ -112,39 +104,86 @@ def read_slow(path: Path) -> list[SlowSeries]:
     return series
 
 
+def _add_piece(
+    piece: pa.Table, words: dict[str, dict[str, int]], parts: dict[str, list[npt.NDArray[Any]]]
+) -> None:
+    """One checked table's columns appended to ``parts``, its strings as codes in ``words``."""
+    piece = piece.unify_dictionaries().combine_chunks()
+    if not piece.num_rows:
+        return
+    for column, lookup in words.items():
+        array = piece.column(column).chunk(0)
+        codes = np.array(
+            [lookup.setdefault(str(w), len(lookup)) for w in array.dictionary.to_pylist()],
+            dtype=np.int32,
+        )
+        indices = array.indices.to_numpy(zero_copy_only=False)
+        parts.setdefault(column, []).append(codes[indices])
+    for column in ("timestamp_ns", "port", "value", "width_bits", "rebaseline"):
+        parts.setdefault(column, []).append(np.array(piece.column(column).to_numpy()))
+
+
+def _all_pieces(files: list[Path]) -> pa.Table | None:
+    """Every slow piece in one table, checked once, in SLOW_SCHEMA; None when some piece
+    is unreadable, differs in its columns or fails a check: the pieces are then read one by
+    one, so that the error names the file (a piece is ~2,000 rows, and checking each on its
+    own cost as much as decoding it)."""
+    if not files:
+        return None
+    try:
+        tables = [_read_piece(file) for file in files]
+        table = pa.concat_tables(tables)
+        return _checked(table)
+    except (pa.ArrowException, OSError, ValueError, TraceError):
+        return None
+
+
+def _read_piece(file: Path) -> pa.Table:
+    """The slow columns of one piece, unchecked. ParquetFile.read in this thread: at ~2,000
+    rows, read_table's dataset machinery and thread pool cost twice the decoding."""
+    piece = pq.ParquetFile(file)
+    names = piece.schema_arrow.names  # built anew on each access
+    missing = [n for n in SLOW_COLUMNS if n not in names]
+    if missing:
+        raise TraceError(f"{str(file)!r}: missing column {missing[0]!r}")
+    return piece.read(columns=list(SLOW_COLUMNS), use_threads=False)
+
+
 def _slow_piece(file: Path) -> pa.Table:
     """One slow piece, checked, in SLOW_SCHEMA."""
-    # ParquetFile.read in this thread: a piece is ~2,000 rows, and read_table's dataset
-    # machinery and thread pool cost twice the decoding at that size.
     try:
-        piece = pq.ParquetFile(file)
-        names = piece.schema_arrow.names  # built anew on each access
-        missing = [n for n in SLOW_COLUMNS if n not in names]
-        if missing:
-            raise TraceError(f"{str(file)!r}: missing column {missing[0]!r}")
-        table = piece.read(columns=list(SLOW_COLUMNS), use_threads=False)
+        table = _read_piece(file)
     except (pa.ArrowException, OSError) as exc:
         raise TraceError(
             f"{str(file)!r}: not a readable Parquet file (truncated?): {exc}"
         ) from None
+    try:
+        return _checked(table)
+    except TraceError as exc:
+        raise TraceError(f"{str(file)!r}: {exc}") from None
+
+
+def _checked(table: pa.Table) -> pa.Table:
+    """The slow columns in SLOW_SCHEMA; TraceError (without the file) on a problem."""
     for name in SLOW_COLUMNS:
         if table.column(name).null_count:
-            raise TraceError(f"{str(file)!r}: empty value in column {name!r}")
+            raise TraceError(f"empty value in column {name!r}")
     columns = []
     for field in SLOW_SCHEMA:  # one column at a time, so a failure names its column
         try:
             columns.append(table.column(field.name).cast(field.type))
         except (pa.ArrowException, ValueError) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise TraceError(f"{str(file)!r}: column {field.name!r}: {reason}") from None
+            raise TraceError(f"column {field.name!r}: {reason}") from None
     table = pa.Table.from_arrays(columns, schema=SLOW_SCHEMA)
     known = {kind.value for kind in CounterKind} | {GAUGE}
-    for kind in pc.unique(table.column("kind").combine_chunks().dictionary_decode()):
+    kinds = table.column("kind").cast(pa.string())
+    for kind in pc.unique(kinds):
         if kind.as_py() not in known:
-            raise TraceError(f"{str(file)!r}: unknown counter kind {kind.as_py()!r}")
+            raise TraceError(f"unknown counter kind {kind.as_py()!r}")
     widths = table.column("width_bits")
-    counters = pc.not_equal(table.column("kind").cast(pa.string()), GAUGE)
+    counters = pc.not_equal(kinds, GAUGE)
     bad = pc.filter(widths, counters)
     if len(bad) and not 1 <= pc.min(bad).as_py() <= pc.max(bad).as_py() <= 64:
-        raise TraceError(f"{str(file)!r}: a counter width outside 1..64 bits")
+        raise TraceError("a counter width outside 1..64 bits")
     return table
