@@ -509,7 +509,7 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
     # the report sent back to the client holds no per-burst arrays (about 1 MB per port
     # direction for 10 minutes of a busy port).
     port_bursts: list[tuple[Bursts, Bursts]] = []
-    saturated: list[MillisecondRuns] = []
+    saturated: list[Any] = []
     for key in sorted(found):
         port = found[key]
         port.finish()
@@ -517,13 +517,7 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
         assert port.directions is not None
         transmit, receive = port.directions
         port_bursts.append((transmit.analyzer.bursts(), receive.analyzer.bursts()))
-        # Each direction's milliseconds come in time order: runs per direction, then their
-        # union, rather than one sort of every port's milliseconds together.
-        saturated += [
-            MillisecondRuns.from_milliseconds(_join(direction.saturated_ms))
-            for direction in port.directions
-            if direction.saturated_ms
-        ]
+        saturated += [ms for direction in port.directions for ms in direction.saturated_ms]
     synchronies = []
     for index, name in enumerate(DIRECTIONS):
         if len(port_reports) < 2:
@@ -540,7 +534,7 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
                 ),
             )
         )
-    runs = MillisecondRuns.union(saturated)
+    runs = MillisecondRuns.from_milliseconds(_join(saturated) if saturated else _empty_int())
     return NodeReport(str(path), info, tuple(port_reports), tuple(synchronies), runs)
 
 
