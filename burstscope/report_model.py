@@ -25,7 +25,7 @@ from collector.trace import (
     read_samples,
     read_slow,
 )
-from detectors.analyzer import BATCH_BLOCK, Chunk, DirectionAnalyzer, Summary
+from detectors.analyzer import BATCH_BLOCK, Chunk, DirectionAnalyzer, Summary, WorkArrays
 from detectors.bursts import Bursts
 from detectors.config import DIRECTIONS, NS_PER_SECOND, Thresholds, nominal_interval_ns, scale_key
 from detectors.congestion import CongestionShare, congestion_direction, congestion_share
@@ -260,9 +260,16 @@ class _Port:
     """One port of one trace: its two directions, created once the interval is known."""
 
     def __init__(
-        self, source: str, device: str, port: int, options: _Options, interval_ns: int | None
+        self,
+        source: str,
+        device: str,
+        port: int,
+        options: _Options,
+        interval_ns: int | None,
+        work_arrays: WorkArrays,
     ) -> None:
         self.source = source
+        self.work_arrays = work_arrays  # shared by every direction of the trace
         self.interval_ns = interval_ns  # as the trace states it; None: judged from the steps
         self.device = device
         self.port = port
@@ -332,7 +339,13 @@ class _Port:
         interval = self.interval_ns or nominal_interval_ns(stamps)
         self.directions = tuple(  # type: ignore[assignment]
             _Direction(
-                DirectionAnalyzer(rate, self.options.thresholds, interval, keep_bursts=True),
+                DirectionAnalyzer(
+                    rate,
+                    self.options.thresholds,
+                    interval,
+                    keep_bursts=True,
+                    work_arrays=self.work_arrays,
+                ),
                 keep_plot=self.options.plot,
             )
             for _ in DIRECTIONS
@@ -489,13 +502,15 @@ def _fleet(nodes: list[NodeReport]) -> Fleet:
 def analyze_trace(path: Path, options: _Options) -> NodeReport:
     """One trace through the detectors: the task each node's trace is."""
     found: dict[tuple[str, int], _Port] = {}
+    # The trace's directions are fed one after another: one set of work arrays serves all.
+    work_arrays = WorkArrays()
     try:
         info = read_info(path)
         for samples in read_samples(path):
             key = (samples.device, samples.port)
             if key not in found:
                 found[key] = _Port(
-                    str(path), samples.device, samples.port, options, info.interval_ns
+                    str(path), samples.device, samples.port, options, info.interval_ns, work_arrays
                 )
             found[key].add(samples)
         slow = read_slow(path)

@@ -128,10 +128,26 @@ class _Counts:
     hidden_saturated_ns: int = 0
 
 
-class _Scratch:
-    """Work arrays reused from one feed to the next; nothing in them outlives a feed."""
+class WorkArrays:
+    """Per-sample work arrays reused from one feed to the next.
 
-    def __init__(self, size: int) -> None:
+    Nothing in them outlives a feed, so analyzers fed one after another in one thread (a
+    report's port directions) may share one: one set of arrays stays in the caches instead
+    of one per direction, and memory holds one set rather than dozens.
+    """
+
+    def __init__(self, size: int = 0) -> None:
+        self._allocate(size)
+
+    def reserve(self, n: int) -> WorkArrays | None:
+        """These arrays, at least ``n`` long; None for a feed too long to keep arrays for."""
+        if n > SCRATCH_LIMIT:
+            return None
+        if self.size < n:
+            self._allocate(n)
+        return self
+
+    def _allocate(self, size: int) -> None:
         self.size = size
         self.duration = np.empty(size, dtype=np.int64)
         self.raw = np.empty(size, dtype=np.uint64)
@@ -162,6 +178,8 @@ class DirectionAnalyzer:
     Memory is bounded with ``keep_bursts=False``: histograms, counts, one open burst and
     one open window per scale. ``saturated_second_retention`` bounds the set of wall-clock
     seconds that held saturation (None keeps all of them, as a report does).
+    ``work_arrays`` may be shared with analyzers fed in the same thread (never during one
+    of this analyzer's feeds); by default the analyzer has its own.
     """
 
     def __init__(
@@ -171,6 +189,7 @@ class DirectionAnalyzer:
         finest_interval_ns: int = 1_000_000,
         keep_bursts: bool = True,
         saturated_second_retention: int | None = None,
+        work_arrays: WorkArrays | None = None,
     ) -> None:
         if line_rate_bytes_per_second <= 0:
             raise ValueError("line rate must be positive")
@@ -195,7 +214,7 @@ class DirectionAnalyzer:
         self._retention = saturated_second_retention
         self._saturated_seconds: deque[int] = deque()
         self._finished = False
-        self._scratch: _Scratch | None = None
+        self._work_arrays = WorkArrays() if work_arrays is None else work_arrays
 
     # Running totals the pipeline's live views read on every drain, without recomputation.
     @property
@@ -284,7 +303,7 @@ class DirectionAnalyzer:
         carry = self._carry
         t = self.thresholds
         first_start = int(end[0]) if carry.timestamp_ns is None else carry.timestamp_ns
-        scratch = self._scratch_for(n)
+        scratch = self._work_arrays.reserve(n)
         duration = np.empty(n, dtype=np.int64) if scratch is None else scratch.duration[:n]
         duration[0] = int(end[0]) - first_start
         np.subtract(end[1:], end[:-1], out=duration[1:])
@@ -456,15 +475,8 @@ class DirectionAnalyzer:
             busy_ns=carry.busy_ns if carry.rate_changed else None,
         )
 
-    def _scratch_for(self, n: int) -> _Scratch | None:
-        if n > SCRATCH_LIMIT:
-            return None
-        if self._scratch is None or self._scratch.size < n:
-            self._scratch = _Scratch(n)
-        return self._scratch
-
     def _add_finest(
-        self, utilization: F64, invalid: int, peak: float, scratch: _Scratch | None
+        self, utilization: F64, invalid: int, peak: float, scratch: WorkArrays | None
     ) -> None:
         # Invalid samples carry utilization 0: count everything, then take them out of
         # bin 0 and the idle count rather than compressing the array first.
@@ -556,11 +568,11 @@ class DirectionAnalyzer:
                 self._counts.hidden_saturated_ns += saturated
 
 
-def _finest_bins(utilization: F64, scratch: _Scratch | None) -> I64:
+def _finest_bins(utilization: F64, scratch: WorkArrays | None) -> I64:
     """distributions.utilization_bins, in reused memory and with HISTOGRAM_LANES counters."""
     n = int(utilization.size)
     if scratch is None:
-        scratch = _Scratch(n)
+        scratch = WorkArrays(n)
     index = scratch.index[:n]
     # The product is cast to integers (truncation, as astype) in numpy's small buffers as
     # it is computed: one pass over the samples, not a float array and a cast of it.
