@@ -328,17 +328,19 @@ class DirectionAnalyzer:
         if delta is not None:
             valid = np.ones(n, dtype=np.bool_)
             gaps = 0
-            # A negative difference is a decrease (a reset: counter_deltas' rule) or an
-            # increase of 2**63 or more (a valid, if absurd, delta): told apart exactly.
+            # A negative difference is a decrease (a reset) or an increase of 2**63 or more
+            # (no traffic any link carries: a bad reading). Either interval is unknown, as
+            # counter_deltas rules; only decreases count as resets.
             negative = np.flatnonzero(delta < 0)
+            resets = invalid = 0
             if negative.size:
                 previous = values[np.maximum(negative - 1, 0)]
                 if negative[0] == 0:
                     previous[0] = before[0]
-                reset = negative[values[negative] < previous]
-                valid[reset] = False
-                delta[reset] = 0
-            resets = invalid = n - int(np.count_nonzero(valid)) if negative.size else 0
+                resets = int(np.count_nonzero(values[negative] < previous))
+                valid[negative] = False
+                delta[negative] = 0
+                invalid = int(negative.size)
             # duration >= 1 here, so this is the general path's arithmetic exactly.
             if scratch is None:
                 utilization = delta * self._scale / duration

@@ -130,6 +130,27 @@ def test_counter_reset_is_left_out_without_a_spike() -> None:
     assert len(bursts) == 0
 
 
+@pytest.mark.parametrize("chunk", [None, 700])
+def test_an_increase_of_2_63_or_more_is_a_bad_reading_not_traffic(chunk: int | None) -> None:
+    """A step no link carries (a driver printing garbage) leaves its interval unknown, as
+    counter_deltas rules, on the fast path too; it is no reset and breaks nothing."""
+    stamps, counter = steady(0.3)
+    counter[1500:] += np.uint64(2**63)  # one interval steps by 2**63 plus its traffic
+    if chunk is None:
+        summary, bursts = analyze(stamps, counter, RATE)
+    else:
+        analyzer = DirectionAnalyzer(RATE)
+        for start in range(0, stamps.size, chunk):
+            analyzer.feed(stamps[start : start + chunk], counter[start : start + chunk])
+        analyzer.finish()
+        summary, bursts = analyzer.summary(), analyzer.bursts()
+    assert summary.resets == 0
+    assert summary.valid_samples == 3000 - 1
+    assert summary.finest.maximum == pytest.approx(0.3)
+    assert summary.mean_utilization == pytest.approx(0.3)
+    assert len(bursts) == 0
+
+
 def test_reset_inside_a_burst_splits_it() -> None:
     stamps, counter = steady(1.0, 100)
     counter[50:] -= counter[50] - np.uint64(0)
