@@ -89,24 +89,24 @@ class SimSource:
     def read_into(self, row: SampleRow) -> None:
         cursor = self._cursor
         assert cursor is not None, "open() first"
-        clock = time.monotonic_ns
         bytes_at = cursor.bytes_at
-        zero = self.zero_monotonic_ns
         timestamps, xmit, rcv = row.timestamp_ns, row.xmit_bytes, row.rcv_bytes
         durations, status, next_status = row.read_ns, row.status, self._next_status
         octets = DATA_COUNTER_OCTETS
+        # A simulated read takes no time of its own: every port's counters are latched at
+        # one instant, the midpoint of two clock reads (one pair a tick, not one a port:
+        # this runs every millisecond).
+        before = time.monotonic_ns()
+        after = time.monotonic_ns()
+        midpoint = (before + after) >> 1
+        model_time = max(midpoint - self.zero_monotonic_ns, 0)
+        took = after - before
         for index in range(len(PORTS)):
-            # A simulated read takes no time of its own; the midpoint of the two clock
-            # reads is the instant the counters are latched, as for a real port.
-            before = clock()
-            after = clock()
-            midpoint = (before + after) >> 1
-            model_time = max(midpoint - zero, 0)
             # The port counts 4-octet words (see collector.discovery.DATA_COUNTER_OCTETS).
             xmit[index] = bytes_at(2 * index, model_time) // octets * octets
             rcv[index] = bytes_at(2 * index + 1, model_time) // octets * octets
             timestamps[index] = midpoint
-            durations[index] = after - before
+            durations[index] = took
             status[index] = next_status[index]
             next_status[index] = STATUS_OK
 
