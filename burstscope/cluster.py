@@ -19,6 +19,7 @@ Result = TypeVar("Result")
 INSTALL_HINT = "pip install 'burstscope[fleet]'"
 CONNECT_TIMEOUT_SECONDS = 5
 _TRIM_KEY = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
+_START_METHOD_KEY = "distributed.worker.multiprocessing-method"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +61,11 @@ def dask_cluster(workers: int | None, scheduler: str | None) -> Iterator[Cluster
         # MALLOC_TRIM_THRESHOLD_ in the workers (Dask's nanny sets 65536 by default): setting
         # it turns off glibc's dynamic mmap threshold (mallopt(3)), so every numpy array over
         # 128 KiB is mapped and unmapped afresh, and a trace's analysis took 1.6x the CPU.
+        # Workers forked from a forkserver that has imported distributed and numpy start
+        # and stop faster than spawned ones (0.30 s up and 0.02 s down against 0.36 and
+        # 0.11 for two workers here).
         with (
-            dask.config.set({_TRIM_KEY: None}),
+            dask.config.set({_TRIM_KEY: None, _START_METHOD_KEY: "forkserver"}),
             distributed.LocalCluster(
                 n_workers=workers,
                 threads_per_worker=1,
