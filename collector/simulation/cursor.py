@@ -20,8 +20,9 @@ class CounterCursor:
     New blocks (one iteration, about three seconds of traffic) take about 1 ms to generate,
     and up to 2.6 ms with their per-channel lists: in a 1 ms tick that is a missed tick
     every few seconds. With ``ahead`` a thread generates the block after the furthest one
-    in use as soon as a channel enters a new block, so a tick finds it ready. The model is
-    deterministic per block index, so when a block is generated never changes its values.
+    in use as soon as every channel has entered a new block, so a tick finds it ready. The
+    model is deterministic per block index, so when a block is generated never changes its
+    values.
     """
 
     def __init__(self, model: TrafficModel, ahead: bool = False) -> None:
@@ -77,8 +78,13 @@ class CounterCursor:
             self._block[channel] = block
             self._segment[channel] = 0
             oldest = min(b.start_ns for b in self._block)
+            held_from = self.model.earliest_ns
             self.model.forget_before(oldest)
-        if self._thread is not None:
+            # Every channel has left a block: generate the next one now. Not at the first
+            # channel's move, since the others cross the same boundary in the same tick and
+            # would wait here for the generation.
+            every_channel_moved = self.model.earliest_ns != held_from
+        if self._thread is not None and every_channel_moved:
             self._wanted.set()
         return block
 
