@@ -187,6 +187,18 @@ ROW2 = "1700000000001000000,mlx5_0,1,1100,1200"
             "missing column 'rcv_bytes'",
         ),
         (
+            "notime.csv",
+            "device,port,xmit_bytes,rcv_bytes\nmlx5_0,1,5,5\n",
+            [],
+            "missing column 'timestamp_us' ('timestamp_ns' in older traces)",
+        ),
+        (
+            "twotimes.csv",
+            f"timestamp_us,{HEADER}\n1700000000000000,{ROW}\n",
+            [],
+            "both 'timestamp_us' and 'timestamp_ns': one time column only",
+        ),
+        (
             "backwards.csv",
             f"{HEADER}\n{ROW2}\n{ROW}\n",
             ["--line-rate", "100"],

@@ -125,9 +125,14 @@ def _check_columns(file: Path, names: Sequence[str]) -> None:
             f"{str(file)!r}: unknown column {unknown[0]!r} (expected {', '.join(expected)})"
         )
     times = [n for n in TIME_COLUMNS if n in names]
-    if len(times) != 1:
-        problem = "both columns" if times else "missing column"
-        raise TraceError(f"{str(file)!r}: {problem} {' or '.join(map(repr, TIME_COLUMNS))}")
+    if not times:
+        raise TraceError(
+            f"{str(file)!r}: missing column {TIME_COLUMN!r} ({EXACT_TIME_COLUMN!r} in older traces)"
+        )
+    if len(times) > 1:
+        raise TraceError(
+            f"{str(file)!r}: both {TIME_COLUMN!r} and {EXACT_TIME_COLUMN!r}: one time column only"
+        )
     missing = [n for n in REQUIRED_COLUMNS if n not in names]
     if missing:
         raise TraceError(f"{str(file)!r}: missing column {missing[0]!r}")
