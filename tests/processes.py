@@ -14,6 +14,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pytest
+
 # Start-up on a loaded 2-core machine (numpy, pyarrow, a sampler process) can take seconds:
 # a condition that holds on a quiet machine in 0.5 s gets this long before it fails.
 DEADLINE_SECONDS = 60.0
@@ -32,6 +34,19 @@ def wait_until(condition: Callable[[], bool], timeout: float = DEADLINE_SECONDS)
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str, poll: float = 0.5) -> Any:
+    """The first true result of ``check`` (polled every ``poll`` s), or the test fails
+    naming ``what`` once ``timeout`` s have passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(poll)
 
 
 class LoggedProcess:

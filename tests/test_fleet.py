@@ -10,15 +10,13 @@ binary, fails under BURSTSCOPE_REQUIRE_INTEGRATION=1.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import require_binary
-from tests.processes import free_port
+from tests.processes import free_port, wait_for
 from tests.simulated_fleet import (
     Fleet,
     Prometheus,
@@ -40,17 +38,6 @@ NOT_SIMULATED = (
     "burstscope_port_errors_total",
     "burstscope_port_link_downed_total",
 )
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")

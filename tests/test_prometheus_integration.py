@@ -27,7 +27,7 @@ import pytest
 
 from tests.conftest import require_binary
 from tests.emulated_node import CounterWriter, EmulatedNode, Load, running_agent
-from tests.processes import free_port
+from tests.processes import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -145,17 +145,6 @@ def prometheus(agent_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
             process.wait()
         log.close()
         shutil.rmtree(tmp / "data", ignore_errors=True)
-
-
-def wait_for(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.5)
 
 
 def substitute(expr: str) -> str:
