@@ -42,7 +42,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from collector.trace import PortColumns, SlowRow, TraceWriter  # noqa: E402
-from collector.trace.schema import SLOW_DIRECTORY, TIME_COLUMN, TIME_GRAIN_NS  # noqa: E402
+from collector.trace.schema import (  # noqa: E402
+    RCV_UNITS,
+    SLOW_DIRECTORY,
+    TIME_COLUMN,
+    TIME_GRAIN_NS,
+    UNIT_BYTES,
+    XMIT_UNITS,
+)
 from detectors.analyzer import BATCH_BLOCK, DirectionAnalyzer, analyze  # noqa: E402
 from detectors.counters import RESETTING_64  # noqa: E402
 from detectors.live import LiveDirection  # noqa: E402
@@ -173,8 +180,9 @@ def write_trace(path: Path, seconds: int, ports: int) -> int:
 
 
 def exact_time_copy(trace: Path, copy: Path) -> None:
-    """The trace with its time column in nanoseconds (``timestamp_ns``): the same samples,
-    readable by code from before the compact encoding, whose reader knows no timestamp_us."""
+    """The trace with its time column in nanoseconds (``timestamp_ns``) and its counters in
+    bytes: the same samples, readable by code from before the compact encoding, whose reader
+    knows neither timestamp_us nor counters in units."""
     copy.mkdir()
     for piece in sorted(trace.glob("part-*.parquet")):
         table = pq.read_table(piece)
@@ -182,6 +190,12 @@ def exact_time_copy(trace: Path, copy: Path) -> None:
             index = table.column_names.index(TIME_COLUMN)
             exact = pc.multiply(table.column(index), TIME_GRAIN_NS)
             table = table.set_column(index, "timestamp_ns", exact)
+        if XMIT_UNITS in table.column_names:
+            unit = pc.cast(table.column(UNIT_BYTES), "uint64")
+            for units, name in ((XMIT_UNITS, "xmit_bytes"), (RCV_UNITS, "rcv_bytes")):
+                index = table.column_names.index(units)
+                table = table.set_column(index, name, pc.multiply(table.column(index), unit))
+            table = table.drop_columns([UNIT_BYTES])
         pq.write_table(table, copy / piece.name, compression="zstd")
     if (trace / SLOW_DIRECTORY).is_dir():
         shutil.copytree(trace / SLOW_DIRECTORY, copy / SLOW_DIRECTORY)

@@ -87,9 +87,20 @@ def writer_input(host: str, seconds: int) -> list[list[PortColumns]]:
     return capture.pieces
 
 
-# The settings before the compact encoding: exact nanosecond times, rows in timestamp order,
-# zstd only (dictionaries where pyarrow picks them).
-PREVIOUS_SCHEMA = SCHEMA.set(0, pa.field("timestamp_ns", pa.int64(), nullable=False))
+# The settings before the compact encoding: exact nanosecond times, counters in bytes, rows
+# in timestamp order, zstd only (dictionaries where pyarrow picks them).
+PREVIOUS_SCHEMA = pa.schema(
+    [
+        pa.field("timestamp_ns", pa.int64(), nullable=False),
+        SCHEMA.field("device"),
+        SCHEMA.field("port"),
+        pa.field("xmit_bytes", pa.uint64(), nullable=False),
+        pa.field("rcv_bytes", pa.uint64(), nullable=False),
+        SCHEMA.field("read_ns"),
+        SCHEMA.field("line_rate_bytes_per_second"),
+        SCHEMA.field("rebaseline"),
+    ]
+)
 
 
 def _previous_piece(ports: list[PortColumns]) -> pa.Table:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from collector.trace import TraceInfo, read_info, read_slow
+from collector.trace import TraceInfo, read_info, read_samples, read_slow
 from tests.conftest import FIXTURES, SYSFS
 from tests.processes import LoggedProcess, wait_until
 
@@ -90,8 +90,14 @@ def test_record_fixture_tree_multiplies_data_counters_by_four(tmp_path: Path) ->
     first = {row["device"]: row for row in reversed(table)}
     # irdma0 has no counters/: its bytes are hw_counters/ip4{Out,In}Octets, in bytes.
     assert set(first) == {"irdma0", "mlx5_0", "mlx5_1", "mlx5_2"}
-    assert first["mlx5_0"]["xmit_bytes"] == 91234567890 * 4
-    assert first["mlx5_0"]["rcv_bytes"] == 87654321098 * 4
+    # The trace keeps the kernel's words (unit_bytes 4): 4 x the file is the bytes.
+    assert first["mlx5_0"]["xmit_units"] == 91234567890
+    assert first["mlx5_0"]["rcv_units"] == 87654321098
+    assert first["mlx5_0"]["unit_bytes"] == 4
+    assert (first["irdma0"]["xmit_units"], first["irdma0"]["unit_bytes"]) == (654321, 1)
+    by_port = {(s.device, s.port): s for s in read_samples(out)}
+    assert int(by_port[("mlx5_0", 1)].xmit_bytes[-1]) == 91234567890 * 4
+    assert int(by_port[("mlx5_0", 1)].rcv_bytes[-1]) == 87654321098 * 4
     assert first["mlx5_0"]["line_rate_bytes_per_second"] == 50_000_000_000
     assert first["mlx5_1"]["line_rate_bytes_per_second"] == 25_000_000_000
     # The slow counters were polled once beside the samples, under _slow/ so the dataset

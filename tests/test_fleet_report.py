@@ -18,7 +18,7 @@ from burstscope.cli import main
 from burstscope.cluster import Cluster, dask_cluster
 from burstscope.report_model import analyze_paths
 from burstscope.report_view import to_json
-from collector.trace import PortColumns, TraceInfo, TraceWriter, read_info
+from collector.trace import PortColumns, TraceInfo, TraceWriter, read_info, read_samples
 from detectors.config import Thresholds
 from detectors.fleet import MillisecondRuns, fleet_synchrony
 
@@ -229,5 +229,10 @@ def test_the_compact_trace_directory_reads_as_one_table(fleet: list[Path]) -> No
         f"from read_parquet('{path}/*.parquet')"
     ).fetchall()
     assert rows == [(table.num_rows, 2, SECONDS * 1000 * MS // 1_000)]  # in microseconds
+    # Bytes are units x unit_bytes, in SQL as in burstscope's reader.
+    received = duckdb.sql(
+        f"select sum(rcv_units * unit_bytes) from read_parquet('{path}/*.parquet')"
+    ).fetchall()[0][0]
+    assert int(received) == sum(int(s.rcv_bytes.sum(dtype=object)) for s in read_samples(path))
     column = pq.ParquetFile(next(path.glob("part-*.parquet"))).metadata.row_group(0).column(0)
     assert "DELTA_BINARY_PACKED" in column.encodings

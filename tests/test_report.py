@@ -174,6 +174,8 @@ def bad(tmp_path: Path, name: str, text: str) -> Path:
 
 ROW = "1700000000000000000,mlx5_0,1,100,200"
 ROW2 = "1700000000001000000,mlx5_0,1,1100,1200"
+UNIT_HEADER = "timestamp_ns,device,port,xmit_units,rcv_units,unit_bytes"
+UNIT_ROW = "1700000000000000000,mlx5_0,1,25,50,4"
 
 
 @pytest.mark.parametrize(
@@ -231,6 +233,43 @@ ROW2 = "1700000000001000000,mlx5_0,1,1100,1200"
             "timestamp_ns",
         ),
         ("one.csv", f"{HEADER}\n{ROW}\n", ["--line-rate", "100"], "needs at least two samples"),
+        (
+            "nocounters.csv",
+            "timestamp_ns,device,port\n1,mlx5_0,1\n",
+            [],
+            "missing column 'xmit_units' ('xmit_bytes' in CSV and older traces)",
+        ),
+        (
+            "nounit.csv",
+            f"{UNIT_HEADER[: -len(',unit_bytes')]}\n1,mlx5_0,1,25,50\n",
+            [],
+            "missing column 'unit_bytes'",
+        ),
+        (
+            "twoforms.csv",
+            f"{HEADER},xmit_units\n{ROW},25\n",
+            [],
+            "both 'xmit_units' and 'xmit_bytes': counters in units (xmit_units, rcv_units, "
+            "unit_bytes) or in bytes (xmit_bytes, rcv_bytes), not both",
+        ),
+        (
+            "unit3.csv",
+            f"{UNIT_HEADER}\n{UNIT_ROW}\n1700000000001000000,mlx5_0,1,30,60,3\n",
+            ["--line-rate", "100"],
+            "'unit_bytes' is 3 (expected 4 or 1)",
+        ),
+        (
+            "unit0.csv",
+            f"{UNIT_HEADER}\n1700000000000000000,mlx5_0,1,25,50,0\n{UNIT_ROW}\n",
+            ["--line-rate", "100"],
+            "'unit_bytes' is 0 (expected 4 or 1)",
+        ),
+        (
+            "overflow.csv",
+            f"{UNIT_HEADER}\n{UNIT_ROW}\n1700000000001000000,mlx5_0,1,{1 << 62},60,4\n",
+            ["--line-rate", "100"],
+            "'xmit_units' too large for 64-bit bytes",
+        ),
     ],
 )
 def test_bad_csv_is_one_line_and_status_2(
@@ -337,7 +376,8 @@ def test_subprocess_bad_input_has_no_traceback(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr == (
         f"burstscope report: error: {str(path)!r}: unknown column 'colour' (expected "
-        "timestamp_us or timestamp_ns, device, port, xmit_bytes, rcv_bytes, "
+        "timestamp_us or timestamp_ns, device, port, (xmit_units, rcv_units, unit_bytes) or "
+        "(xmit_bytes, rcv_bytes), "
         "line_rate_bytes_per_second, "
         "rebaseline, read_ns)\n"
     )

@@ -68,7 +68,10 @@ def test_ring_returns_rows_in_order_and_counts_what_it_overwrote() -> None:
 
 def _read(path: Path) -> dict[str, np.ndarray]:
     table = ds.dataset(path).to_table()
-    return {name: table[name].to_numpy() for name in ("xmit_bytes", "rebaseline")} | {
+    unit = table["unit_bytes"].to_numpy().astype(np.uint64)
+    return {
+        "xmit_bytes": table["xmit_units"].to_numpy() * unit,
+        "rebaseline": table["rebaseline"].to_numpy(),
         "timestamp_ns": table["timestamp_us"].to_numpy() * 1_000,
         "device": np.asarray(table["device"].to_pylist()),
     }

@@ -31,6 +31,11 @@ def load(path: Path) -> dict[str, dict[str, np.ndarray]]:
     bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
     columns = {n: table.column(n).to_numpy()[order] for n in table.column_names if n != "device"}
     columns["timestamp_ns"] = columns.pop("timestamp_us").astype(np.int64) * 1_000
+    # The simulated ports are read through counters/port_*_data: 4-octet words, stored so.
+    unit = columns.pop("unit_bytes")
+    assert (unit == 4).all()
+    columns["xmit_bytes"] = columns.pop("xmit_units") * np.uint64(4)
+    columns["rcv_bytes"] = columns.pop("rcv_units") * np.uint64(4)
     out: dict[str, dict[str, np.ndarray]] = {}
     for code, name in enumerate(names):
         mine = slice(bounds[code], bounds[code + 1])

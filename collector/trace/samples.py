@@ -14,24 +14,35 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collector.trace.schema import (
+    BYTE_COLUMNS,
     EXACT_TIME_COLUMN,
     PIECE_PREFIX,
+    RCV_UNITS,
     TIME_COLUMN,
     TIME_GRAIN_NS,
+    UNIT_BYTES,
+    UNIT_CHOICES,
+    XMIT_UNITS,
     TraceError,
     TraceInfo,
 )
 
 # Besides one of the time columns: timestamp_us (traces since the compact encoding) or
-# timestamp_ns (older traces, CSV).
+# timestamp_ns (older traces, CSV); and one form of the counters: in units (traces since
+# the units) or in bytes (older traces, CSV).
 TIME_COLUMNS = (TIME_COLUMN, EXACT_TIME_COLUMN)
-REQUIRED_COLUMNS = ("device", "port", "xmit_bytes", "rcv_bytes")
+REQUIRED_COLUMNS = ("device", "port")
+UNIT_COLUMNS = (XMIT_UNITS, RCV_UNITS, UNIT_BYTES)
 OPTIONAL_COLUMNS = ("line_rate_bytes_per_second", "rebaseline", "read_ns")
+_KNOWN = TIME_COLUMNS + REQUIRED_COLUMNS + UNIT_COLUMNS + BYTE_COLUMNS + OPTIONAL_COLUMNS
 _CSV_TYPES = {
     TIME_COLUMN: pa.int64(),
     EXACT_TIME_COLUMN: pa.int64(),
     "device": pa.string(),
     "port": pa.int32(),
+    XMIT_UNITS: pa.uint64(),
+    RCV_UNITS: pa.uint64(),
+    UNIT_BYTES: pa.int8(),
     "xmit_bytes": pa.uint64(),
     "rcv_bytes": pa.uint64(),
     "line_rate_bytes_per_second": pa.int64(),
@@ -118,9 +129,10 @@ def _batches(file: Path, block_bytes: int) -> Iterator[pa.RecordBatch]:
 
 
 def _check_columns(file: Path, names: Sequence[str]) -> None:
-    unknown = [n for n in names if n not in TIME_COLUMNS + REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
+    unknown = [n for n in names if n not in _KNOWN]
     if unknown:
-        expected = [" or ".join(TIME_COLUMNS), *REQUIRED_COLUMNS, *OPTIONAL_COLUMNS]
+        counters = f"({', '.join(UNIT_COLUMNS)}) or ({', '.join(BYTE_COLUMNS)})"
+        expected = [" or ".join(TIME_COLUMNS), *REQUIRED_COLUMNS, counters, *OPTIONAL_COLUMNS]
         raise TraceError(
             f"{str(file)!r}: unknown column {unknown[0]!r} (expected {', '.join(expected)})"
         )
@@ -133,7 +145,20 @@ def _check_columns(file: Path, names: Sequence[str]) -> None:
         raise TraceError(
             f"{str(file)!r}: both {TIME_COLUMN!r} and {EXACT_TIME_COLUMN!r}: one time column only"
         )
-    missing = [n for n in REQUIRED_COLUMNS if n not in names]
+    in_units = [n for n in UNIT_COLUMNS if n in names]
+    in_bytes = [n for n in BYTE_COLUMNS if n in names]
+    if in_units and in_bytes:
+        raise TraceError(
+            f"{str(file)!r}: both {in_units[0]!r} and {in_bytes[0]!r}: counters in units "
+            f"({', '.join(UNIT_COLUMNS)}) or in bytes ({', '.join(BYTE_COLUMNS)}), not both"
+        )
+    if not in_units and not in_bytes:
+        raise TraceError(
+            f"{str(file)!r}: missing column {XMIT_UNITS!r} ({BYTE_COLUMNS[0]!r} in CSV and "
+            "older traces)"
+        )
+    needed = (*REQUIRED_COLUMNS, *(UNIT_COLUMNS if in_units else BYTE_COLUMNS))
+    missing = [n for n in needed if n not in names]
     if missing:
         raise TraceError(f"{str(file)!r}: missing column {missing[0]!r}")
 
@@ -184,8 +209,9 @@ def _split_ports(
 ) -> Iterator[PortSamples]:
     if batch.num_rows == 0:
         return
-    time_column = _time_column(batch.schema.names)
-    for name in (time_column, *REQUIRED_COLUMNS):
+    names = batch.schema.names
+    counters = UNIT_COLUMNS if XMIT_UNITS in names else BYTE_COLUMNS
+    for name in (_time_column(names), *REQUIRED_COLUMNS, *counters):
         if batch.column(name).null_count:
             raise TraceError(f"{str(file)!r}: empty value in column {name!r}")
     device = batch.column("device")
@@ -251,8 +277,15 @@ def _runs(
     timestamp = column(time_column, np.int64)
     if time_column == TIME_COLUMN:
         timestamp = timestamp * TIME_GRAIN_NS  # readers get nanoseconds from every trace
-    xmit = column("xmit_bytes", np.uint64)
-    rcv = column("rcv_bytes", np.uint64)
+    if XMIT_UNITS in names:
+        xmit, rcv = _counter_bytes(
+            file,
+            column(XMIT_UNITS, np.uint64),
+            column(RCV_UNITS, np.uint64),
+            column(UNIT_BYTES, np.int64),
+        )
+    else:
+        xmit, rcv = column("xmit_bytes", np.uint64), column("rcv_bytes", np.uint64)
     rate = (
         column("line_rate_bytes_per_second", np.int64)
         if "line_rate_bytes_per_second" in names
@@ -283,6 +316,33 @@ def _runs(
             line_rate_bytes_per_second=None if rate is None else rate[first:stop],
             rebaseline=None if rebaseline is None else rebaseline[first:stop],
         )
+
+
+def _counter_bytes(
+    file: Path,
+    xmit: npt.NDArray[np.uint64],
+    rcv: npt.NDArray[np.uint64],
+    unit: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+    """Counters stored in units, in bytes; a unit the writers never use, or a value whose
+    bytes would not fit 64 bits, is a damaged file, not a count."""
+    smallest, largest = (int(unit.min()), int(unit.max())) if unit.size else (1, 1)
+    if smallest == largest and smallest in UNIT_CHOICES:
+        scale: np.uint64 | npt.NDArray[np.uint64] = np.uint64(smallest)  # the usual piece
+    else:
+        wrong = ~np.isin(unit, UNIT_CHOICES)
+        if wrong.any():
+            raise TraceError(
+                f"{str(file)!r}: {UNIT_BYTES!r} is {int(unit[wrong][0])} "
+                f"(expected {' or '.join(map(str, UNIT_CHOICES))})"
+            )
+        scale = unit.astype(np.uint64)
+    limit = np.uint64(np.iinfo(np.uint64).max // largest)
+    for name, units in ((XMIT_UNITS, xmit), (RCV_UNITS, rcv)):
+        scaled = units if smallest == largest else units[unit > 1]
+        if largest > 1 and scaled.size and scaled.max() > limit:
+            raise TraceError(f"{str(file)!r}: {name!r} too large for 64-bit bytes")
+    return xmit * scale, rcv * scale
 
 
 # --- Reading slow counters ------------------------------------------------------------
