@@ -71,11 +71,17 @@ def dask_cluster(workers: int | None, scheduler: str | None) -> Iterator[Cluster
                 threads_per_worker=1,
                 processes=True,
                 dashboard_address=None,
-                silence_logs=logging.ERROR,
+                # The scheduler serves HTTP (health, metrics) even without a dashboard, on
+                # port 8787 unless told: a second cluster on the machine (another report)
+                # would find it taken and warn on stderr. Any free loopback port instead.
+                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                # A task's exception comes back to the client, which names it in one line; the
+                # worker's own "Compute Failed" log of it would be a second, longer one.
+                silence_logs=logging.CRITICAL,
             ) as local,
             distributed.Client(local) as client,
         ):
-            yield Cluster(client, f"local cluster of {workers} workers")
+            yield Cluster(client, f"local cluster of {workers} worker{'' if workers == 1 else 's'}")
         return
     assert scheduler is not None
     try:
@@ -105,5 +111,20 @@ def map_in(
         cluster.client.submit(function, *a, pure=False, key=f"burstscope-{run}-{index}")
         for index, a in enumerate(arguments)
     ]
-    results: list[Result] = cluster.client.gather(futures)
-    return results
+    # Each result comes over as its task ends, while the others run; gather() would fetch
+    # them all only once the last one had ended, with both workers idle.
+    distributed = _distributed()
+    position = {future.key: index for index, future in enumerate(futures)}
+    results: dict[int, Result] = {}
+    try:
+        for future, result in distributed.as_completed(futures, with_results=True):
+            results[position[future.key]] = result
+            future.release()
+    except distributed.KilledWorker as exc:
+        # The scheduler gave the task to a fresh worker after each death, then gave up.
+        failed = arguments[position[exc.task]][0]
+        raise UsageError(
+            f"{cluster.description}: {exc.allowed_failures + 1} workers died running "
+            f"{function.__name__} on {str(failed)!r} (killed, or out of memory?)"
+        ) from None
+    return [results[index] for index in range(len(futures))]

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from burstscope.cli import main
-from burstscope.cluster import Cluster, dask_cluster
+from burstscope.cluster import Cluster, dask_cluster, map_in
+from burstscope.errors import UsageError
 from burstscope.report_model import analyze_paths
 from burstscope.report_view import to_json
 from collector.trace import PortColumns, TraceInfo, TraceWriter, read_info, read_samples
@@ -202,6 +203,33 @@ def test_bad_cluster_flags_are_one_line_and_status_2(fleet: list[Path]) -> None:
         assert result.returncode == 2, result.stderr
         assert result.stderr.count("\n") == 1 and words in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_a_bad_trace_on_the_cluster_is_one_line_and_status_2(
+    fleet: list[Path], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp_ns,device,port,colour\n1,mlx5_0,1,red\n")
+    result = run_cli("report", str(fleet[0]), str(bad), str(fleet[1]), "--workers", "2")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"burstscope report: error: {str(bad)!r}: unknown column 'colour' (expected "
+        "timestamp_us or timestamp_ns, device, port, (xmit_units, rcv_units, unit_bytes) or "
+        "(xmit_bytes, rcv_bytes), line_rate_bytes_per_second, rebaseline, read_ns)\n"
+    )
+
+
+def die(path: str) -> None:
+    os._exit(9)  # as the kernel's OOM killer would end a worker
+
+
+def test_a_worker_that_dies_is_named_in_one_error_not_a_hang() -> None:
+    with dask_cluster(1, None) as cluster, pytest.raises(UsageError) as error:
+        map_in(cluster, die, [("node-7",)])
+    assert str(error.value) == (
+        "local cluster of 1 worker: 4 workers died running die on 'node-7' "
+        "(killed, or out of memory?)"
+    )
 
 
 def test_simulated_fleet_nodes_share_the_job_and_record_their_host(tmp_path: Path) -> None:
