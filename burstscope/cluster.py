@@ -20,6 +20,7 @@ INSTALL_HINT = "pip install 'burstscope[fleet]'"
 CONNECT_TIMEOUT_SECONDS = 5
 _TRIM_KEY = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
 _START_METHOD_KEY = "distributed.worker.multiprocessing-method"
+_PROFILE_KEY = "distributed.worker.profile.enabled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +65,13 @@ def dask_cluster(workers: int | None, scheduler: str | None) -> Iterator[Cluster
         # Workers forked from a forkserver that has imported distributed and numpy start
         # and stop faster than spawned ones (0.30 s up and 0.02 s down against 0.36 and
         # 0.11 for two workers here).
+        # And no statistical profiler: a worker samples its task thread's stack every 10 ms
+        # for the dashboard's profile page, which a local cluster here does not serve; the
+        # samples took the GIL from the detectors (a 24-node report's tasks: 7.0 s without
+        # against 7.4 s with, mean of four runs each).
+        settings = {_TRIM_KEY: None, _START_METHOD_KEY: "forkserver", _PROFILE_KEY: False}
         with (
-            dask.config.set({_TRIM_KEY: None, _START_METHOD_KEY: "forkserver"}),
+            dask.config.set(settings),
             distributed.LocalCluster(
                 n_workers=workers,
                 threads_per_worker=1,

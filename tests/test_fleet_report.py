@@ -90,6 +90,11 @@ def test_a_local_cluster_gives_the_same_report_and_the_ground_truth(fleet: list[
         # Dask's default MALLOC_TRIM_THRESHOLD_ makes numpy map every large array afresh.
         trim = cluster.client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
         assert set(trim.values()) == {None}
+        # Nor the statistical profiler, which took the GIL from the tasks every 10 ms.
+        profiling = cluster.client.run(
+            lambda dask_worker: "profile" in dask_worker.periodic_callbacks
+        )
+        assert set(profiling.values()) == {False}
         distributed = report_json(fleet, cluster)
     assert distributed == here
 
