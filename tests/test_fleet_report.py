@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from burstscope.cli import main
-from burstscope.cluster import Cluster, dask_cluster, map_in
+from burstscope.cluster import LOCAL_QUIET, Cluster, dask_cluster, map_in
 from burstscope.errors import UsageError
 from burstscope.report_model import analyze_paths
 from burstscope.report_view import to_json
@@ -95,6 +95,8 @@ def test_a_local_cluster_gives_the_same_report_and_the_ground_truth(fleet: list[
             lambda dask_worker: "profile" in dask_worker.periodic_callbacks
         )
         assert set(profiling.values()) == {False}
+        for key, value in LOCAL_QUIET.items():
+            assert set(cluster.client.run(dask_config, key).values()) == {value}, key
         distributed = report_json(fleet, cluster)
     assert distributed == here
 
@@ -235,6 +237,12 @@ def test_a_worker_that_dies_is_named_in_one_error_not_a_hang() -> None:
         "local cluster of 1 worker: 4 workers died running die on 'node-7' "
         "(killed, or out of memory?)"
     )
+
+
+def dask_config(key: str) -> object:
+    import dask
+
+    return dask.config.get(key)
 
 
 def test_simulated_fleet_nodes_share_the_job_and_record_their_host(tmp_path: Path) -> None:
