@@ -54,7 +54,9 @@ def start_local_workers_early(workers: int | None, scheduler: str | None) -> Non
     same, rather than once the cluster asks for its first worker (Dask starts it then, with
     distributed and numpy only, and each worker loads the report at its first task).
     Nothing for a scheduler, or without distributed (dask_cluster says so)."""
-    if workers is None or scheduler is not None or importlib.util.find_spec("distributed") is None:
+    if workers is None or workers < 1 or scheduler is not None:
+        return
+    if importlib.util.find_spec("distributed") is None:
         return
     import multiprocessing
     from multiprocessing import forkserver
