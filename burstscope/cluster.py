@@ -86,9 +86,9 @@ def dask_cluster(workers: int | None, scheduler: str | None) -> Iterator[Cluster
         # MALLOC_TRIM_THRESHOLD_ in the workers (Dask's nanny sets 65536 by default): setting
         # it turns off glibc's dynamic mmap threshold (mallopt(3)), so every numpy array over
         # 128 KiB is mapped and unmapped afresh, and a trace's analysis took 1.6x the CPU.
-        # Workers forked from a forkserver that has imported distributed and numpy start
-        # and stop faster than spawned ones (0.30 s up and 0.02 s down against 0.36 and
-        # 0.11 for two workers here).
+        # Workers forked from a forkserver that has imported distributed and numpy (and the
+        # report's modules: start_local_workers_early) start and stop faster than spawned
+        # ones (0.30 s up and 0.02 s down against 0.36 and 0.11 for two workers here).
         # And no statistical profiler: a worker samples its task thread's stack every 10 ms
         # for the dashboard's profile page, which a local cluster here does not serve; the
         # samples took the GIL from the detectors (a 24-node report's tasks: 7.0 s without

@@ -282,7 +282,7 @@ def _runs(
             file,
             column(XMIT_UNITS, np.uint64),
             column(RCV_UNITS, np.uint64),
-            column(UNIT_BYTES, np.int64),
+            column(UNIT_BYTES, np.int8),  # as stored: no 8-byte copy a row
         )
     else:
         xmit, rcv = column("xmit_bytes", np.uint64), column("rcv_bytes", np.uint64)
@@ -322,7 +322,7 @@ def _counter_bytes(
     file: Path,
     xmit: npt.NDArray[np.uint64],
     rcv: npt.NDArray[np.uint64],
-    unit: npt.NDArray[np.int64],
+    unit: npt.NDArray[np.int8],
 ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
     """Counters stored in units, in bytes; a unit the writers never use, or a value whose
     bytes would not fit 64 bits, is a damaged file, not a count."""

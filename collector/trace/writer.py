@@ -24,6 +24,7 @@ from collector.trace.schema import (
     SLOW_PREFIX,
     SLOW_SCHEMA,
     TIME_COLUMN,
+    UNIT_BYTES,
     WORD_BYTES,
     XMIT_UNITS,
     PortColumns,
@@ -158,7 +159,7 @@ SAMPLE_ENCODING: dict[str, Any] = {
     "compression_level": {
         name: 9 if name in (XMIT_UNITS, RCV_UNITS) else 1 for name in SCHEMA.names
     },
-    "use_dictionary": ["device", "port", "unit_bytes", "line_rate_bytes_per_second", "read_ns"],
+    "use_dictionary": ["device", "port", UNIT_BYTES, "line_rate_bytes_per_second", "read_ns"],
     "column_encoding": {
         TIME_COLUMN: "DELTA_BINARY_PACKED",
         XMIT_UNITS: "DELTA_BINARY_PACKED",
