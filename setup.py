@@ -1,7 +1,7 @@
 """The optional compiled tick of the file counter sources; everything else is in pyproject.toml.
 
 ``optional=True``: where no C compiler or Python headers exist, the build goes on without
-it and collector/sources/files.py reads the counters in pure Python (same results).
+it and burstscope.collector.sources.files reads the counters in pure Python (same results).
 """
 
 from setuptools import Extension, setup
@@ -9,7 +9,7 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "collector.sources._tick",
+            "burstscope.collector.sources._tick",
             sources=["collector/sources/_tick.c"],
             extra_compile_args=["-O2"],
             optional=True,

@@ -22,8 +22,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collector.capture.decode import decode
-from collector.capture.pcap import NANOSECOND_MAGIC, parse_pcap
+from burstscope.collector.capture.decode import decode
+from burstscope.collector.capture.pcap import NANOSECOND_MAGIC, parse_pcap
 
 SNAPLEN = 128
 
@@ -100,7 +100,7 @@ def scapy_rate(raw: bytes, packets: int) -> float:
 def generator_share(seconds: float) -> tuple[float | None, str | None]:
     if os.geteuid() != 0:
         return None, "needs root to build the namespace testbed"
-    from collector.testbed import RECEIVER_ADDRESS, SENDER_ADDRESS, Testbed, TestbedError
+    from burstscope.collector.testbed import RECEIVER_ADDRESS, SENDER_ADDRESS, Testbed, TestbedError
 
     try:
         with Testbed() as bed, tempfile.TemporaryDirectory() as work:
@@ -108,7 +108,13 @@ def generator_share(seconds: float) -> tuple[float | None, str | None]:
             done = subprocess.run(
                 [
                     *bed.exec_prefix(),
-                    *(sys.executable, "-m", "collector.rocegen", "--duration", str(seconds)),
+                    *(
+                        sys.executable,
+                        "-m",
+                        "burstscope.collector.rocegen",
+                        "--duration",
+                        str(seconds),
+                    ),
                     *("--source", SENDER_ADDRESS, "--destination", RECEIVER_ADDRESS),
                     *("--truth", str(truth)),
                 ],

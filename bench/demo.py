@@ -20,11 +20,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.sampler import CpuClock, machine_interfaces
-from collector.ring import Field, RingReader
-from collector.sampler import Sampler, SamplerConfig
-from collector.sources.base import CounterSource
-from collector.sources.netdev import NetdevSource
-from collector.sources.sim import SimSource
+from burstscope.collector.ring import Field, RingReader
+from burstscope.collector.sampler import Sampler, SamplerConfig
+from burstscope.collector.sources.base import CounterSource
+from burstscope.collector.sources.netdev import NetdevSource
+from burstscope.collector.sources.sim import SimSource
 
 
 def measure(source: CounterSource, seconds: float, clock: CpuClock) -> tuple[float, float]:

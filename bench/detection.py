@@ -1,11 +1,12 @@
 """Detector and report throughput: ``python bench/detection.py --json`` prints one JSON line.
 
-- batch_samples_per_second: ``detectors.analyzer.analyze`` over >= 100 M samples, one core.
+- batch_samples_per_second: ``burstscope.detectors.analyzer.analyze`` over >= 100 M
+  samples, one core.
   Reference in the same run: the bare numpy arithmetic of utilization alone (two diffs and
   a divide per sample, same blocks), the floor any detector pays.
 - streaming_us_per_sample: ``DirectionAnalyzer.feed`` with 100 ms chunks (100 samples).
 - pipeline_us_per_sample: what the agent's pipeline does per port direction and drain
-  (``collector.pipeline.AGENT_DRAIN_SECONDS`` of 1 ms samples per chunk): the analyzer as
+  (``burstscope.collector.pipeline.AGENT_DRAIN_SECONDS`` of 1 ms samples per chunk): the analyzer as
   the pipeline builds it plus ``LiveDirection.update``, amortized per sample, in CPU time
   of this process (``time.process_time``: on a shared machine wall time counts the other
   tenants' load too); ``pipeline_wall_us_per_sample`` beside it.
@@ -41,8 +42,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from collector.trace import PortColumns, SlowRow, TraceWriter  # noqa: E402
-from collector.trace.schema import (  # noqa: E402
+from burstscope.collector.trace import PortColumns, SlowRow, TraceWriter  # noqa: E402
+from burstscope.collector.trace.schema import (  # noqa: E402
     RCV_UNITS,
     SLOW_DIRECTORY,
     TIME_COLUMN,
@@ -50,9 +51,9 @@ from collector.trace.schema import (  # noqa: E402
     UNIT_BYTES,
     XMIT_UNITS,
 )
-from detectors.analyzer import BATCH_BLOCK, DirectionAnalyzer, analyze  # noqa: E402
-from detectors.counters import RESETTING_64  # noqa: E402
-from detectors.live import LiveDirection  # noqa: E402
+from burstscope.detectors.analyzer import BATCH_BLOCK, DirectionAnalyzer, analyze  # noqa: E402
+from burstscope.detectors.counters import RESETTING_64  # noqa: E402
+from burstscope.detectors.live import LiveDirection  # noqa: E402
 
 # The agent's drain cadence (collector.pipeline.AGENT_DRAIN_SECONDS), in 1 ms samples; not
 # imported, so this benchmark stays on the detectors and the trace format.

@@ -40,13 +40,13 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from burstscope.cluster import dask_cluster  # noqa: E402
+from burstscope.collector.simulation.model import TrafficModel  # noqa: E402
+from burstscope.collector.simulation.profiles import DEFAULT_PROFILE, SECOND  # noqa: E402
+from burstscope.collector.trace import SCHEMA, PortColumns, SlowRow, TraceWriter, read_samples  # noqa: E402
+from burstscope.collector.trace.writer import SAMPLE_ENCODING, _batch, _port_ordered  # noqa: E402
+from burstscope.collector.tracegen import NodeTiming, simulate_trace  # noqa: E402
+from burstscope.detectors.config import Thresholds  # noqa: E402
 from burstscope.report_model import analyze_paths  # noqa: E402
-from collector.simulation.model import TrafficModel  # noqa: E402
-from collector.simulation.profiles import DEFAULT_PROFILE, SECOND  # noqa: E402
-from collector.trace import SCHEMA, PortColumns, SlowRow, TraceWriter, read_samples  # noqa: E402
-from collector.trace.writer import SAMPLE_ENCODING, _batch, _port_ordered  # noqa: E402
-from collector.tracegen import NodeTiming, simulate_trace  # noqa: E402
-from detectors.config import Thresholds  # noqa: E402
 
 ACME_NODES = 590
 

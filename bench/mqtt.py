@@ -28,10 +28,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collector.mqtt.messages import Identity, encode
-from collector.mqtt.publisher import MqttPublisher
-from collector.mqtt.settings import build_settings
-from collector.mqtt.spool import open_spool
+from burstscope.collector.mqtt.messages import Identity, encode
+from burstscope.collector.mqtt.publisher import MqttPublisher
+from burstscope.collector.mqtt.settings import build_settings
+from burstscope.collector.mqtt.spool import open_spool
 
 PAYLOAD = {
     "kind": "burst",

@@ -7,7 +7,8 @@ Two configurations in one invocation:
   for RDMA ones), every 1 ms.
 - ``100us``: 1 port x 2 files, every 100 us.
 
-Ours is the real ``collector.sampler.Sampler`` over a ``NetdevSource``. The reference is a
+Ours is the real ``burstscope.collector.sampler.Sampler`` over a ``NetdevSource``. The
+reference is a
 C program embedded below, compiled with the system ``cc -O2`` into ``bench/.build/``. It
 does what the sampler does and no more: ``clock_nanosleep(TIMER_ABSTIME)`` to absolute
 deadlines, ``pread(fd, 32, 0)`` of both files of every port with a CLOCK_MONOTONIC read
@@ -63,11 +64,11 @@ import numpy.typing as npt
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from collector.discovery import DEFAULT_SYSFS_ROOT  # noqa: E402
-from collector.ring import Field, Ring  # noqa: E402
-from collector.sampler import Sampler, SamplerConfig  # noqa: E402
-from collector.sources.base import STATUS_MISSING  # noqa: E402
-from collector.sources.netdev import NetdevSource  # noqa: E402
+from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT  # noqa: E402
+from burstscope.collector.ring import Field, Ring  # noqa: E402
+from burstscope.collector.sampler import Sampler, SamplerConfig  # noqa: E402
+from burstscope.collector.sources.base import STATUS_MISSING  # noqa: E402
+from burstscope.collector.sources.netdev import NetdevSource  # noqa: E402
 
 BUILD = ROOT / "bench" / ".build"
 REALTIME_PRIORITY = 10

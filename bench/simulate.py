@@ -3,7 +3,7 @@
 Both sides write the same trace (9 ports, 1 ms ticks, ``--seconds`` of traffic, profile
 ``--profile``) with the real ``TraceWriter`` into a temporary directory, in the same run:
 
-- ``simulate``: ``collector.tracegen.simulate_trace`` from a fresh model, as the
+- ``simulate``: ``burstscope.collector.tracegen.simulate_trace`` from a fresh model, as the
   command does it: block generation, sample timing, counter evaluation, Parquet.
 - ``reference``: the same rows, computed beforehand (outside the timed window), only
   handed to ``TraceWriter`` chunk by chunk. Its time is the floor set by the trace format.
@@ -28,10 +28,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collector.discovery import DATA_COUNTER_OCTETS
-from collector.simulation.model import TrafficModel
-from collector.trace import PortColumns, TraceWriter, prepare_output
-from collector.tracegen import (
+from burstscope.collector.discovery import DATA_COUNTER_OCTETS
+from burstscope.collector.simulation.model import TrafficModel
+from burstscope.collector.trace import PortColumns, TraceWriter, prepare_output
+from burstscope.collector.tracegen import (
     CHUNK_TICKS,
     FIXED_EPOCH_NS,
     sample_times,

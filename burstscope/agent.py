@@ -22,30 +22,30 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from burstscope import __version__
 from burstscope.arguments import LINE_RATE_HINT, build_source_from
-from burstscope.errors import UsageError
-from collector.config import AgentConfig, ConfigError, load_config
-from collector.discovery import DEFAULT_SYSFS_ROOT
-from collector.exporter import BurstscopeCollector
-from collector.http import DEFAULT_LISTEN, HttpError, MetricsServer, TlsConfig
-from collector.logging_journal import setup_logging as setup_journal_logging
-from collector.logging_journal import stderr_is_journal
-from collector.mqtt import (
+from burstscope.collector.config import AgentConfig, ConfigError, load_config
+from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
+from burstscope.collector.exporter import BurstscopeCollector
+from burstscope.collector.http import DEFAULT_LISTEN, HttpError, MetricsServer, TlsConfig
+from burstscope.collector.logging_journal import setup_logging as setup_journal_logging
+from burstscope.collector.logging_journal import stderr_is_journal
+from burstscope.collector.mqtt import (
     MqttHandle,
     MqttSettings,
     MqttSettingsError,
     attach_mqtt,
     mqtt_settings_from_args,
 )
-from collector.pipeline import AGENT_DRAIN_SECONDS, Pipeline, wait_for_first_sample
-from collector.recording import Recording, Retention
-from collector.sampler import SamplerConfig, SamplerError, parse_interval
-from collector.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
-from collector.sources.base import CounterSource
-from collector.trace import DIRECTORY_MODE, TraceError, TraceInfo
-from detectors.config import Thresholds
+from burstscope.collector.pipeline import AGENT_DRAIN_SECONDS, Pipeline, wait_for_first_sample
+from burstscope.collector.recording import Recording, Retention
+from burstscope.collector.sampler import SamplerConfig, SamplerError, parse_interval
+from burstscope.collector.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
+from burstscope.collector.sources.base import CounterSource
+from burstscope.collector.trace import DIRECTORY_MODE, TraceError, TraceInfo
+from burstscope.detectors.config import Thresholds
+from burstscope.errors import UsageError
 
 if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs it
-    from collector.trace import TraceWriter
+    from burstscope.collector.trace import TraceWriter
 
 _LOG = logging.getLogger("burstscope.agent")
 _SWITCH_INTERVAL_S = 0.001
@@ -186,7 +186,7 @@ def open_recording(settings: AgentSettings) -> Recording | None:
     """A trace for this run under the recording directory, so restarts never collide."""
     if settings.recording_dir is None:
         return None
-    from collector.trace import TraceWriter, prepare_output
+    from burstscope.collector.trace import TraceWriter, prepare_output
 
     started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     root = Path(settings.recording_dir)

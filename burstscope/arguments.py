@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT, compile_filter
+from burstscope.collector.sources import build_source
+from burstscope.collector.sources.base import CounterSource, SourceError, SourceOptions
 from burstscope.errors import UsageError
-from collector.discovery import DEFAULT_SYSFS_ROOT, compile_filter
-from collector.sources import build_source
-from collector.sources.base import CounterSource, SourceError, SourceOptions
 
 if TYPE_CHECKING:
-    from collector.sampler import SamplerConfig
+    from burstscope.collector.sampler import SamplerConfig
 
 
 def add_port_selection(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
@@ -121,7 +121,7 @@ def source_from_args(args: argparse.Namespace) -> CounterSource:
 
 def sampler_config_from_args(args: argparse.Namespace) -> SamplerConfig:
     # Here, not at the top: the sampler loads numpy, which `discover` does not need.
-    from collector.sampler import SamplerConfig, parse_interval
+    from burstscope.collector.sampler import SamplerConfig, parse_interval
 
     try:
         return SamplerConfig(interval_ns=parse_interval(args.interval))

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from collector.mqtt.messages import PREFIX, topic_level
-from collector.mqtt.settings import (
+from burstscope.collector.mqtt.messages import PREFIX, topic_level
+from burstscope.collector.mqtt.settings import (
     MqttSettings,
     MqttSettingsError,
     client_tls_context,
@@ -193,7 +193,7 @@ async def subscribe(
     """Subscribe at QoS 1 until cancelled, reconnecting with jittered, capped backoff."""
     import aiomqtt
 
-    from collector.mqtt.publisher import Backoff, client, refusal
+    from burstscope.collector.mqtt.publisher import Backoff, client, refusal
 
     backoff = Backoff(settings.backoff_initial_seconds, settings.backoff_max_seconds)
     context = client_tls_context(settings)

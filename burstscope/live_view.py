@@ -19,11 +19,11 @@ from rich.table import Table
 
 from burstscope.agent import AgentSettings
 from burstscope.arguments import PLAIN_EVERY_SECONDS
+from burstscope.collector.pipeline import Pipeline, Snapshot
+from burstscope.collector.sampler import SamplerError
 from burstscope.errors import UsageError
 from burstscope.invocation import stop_on_signals
 from burstscope.top_view import plain_lines, table
-from collector.pipeline import Pipeline, Snapshot
-from collector.sampler import SamplerError
 
 REFRESH_PER_SECOND = 4  # reads comfortably and costs little
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from burstscope.detectors.config import NS_PER_SECOND, scale_label
+from burstscope.detectors.distributions import UTILIZATION_BINS
 from burstscope.report_model import DirectionReport, Fleet, PortReport, Report
-from detectors.config import NS_PER_SECOND, scale_label
-from detectors.distributions import UTILIZATION_BINS
 
 HOTTEST = 4  # port directions drawn over time; more makes the panels unreadable
 FINE = "tab:red"

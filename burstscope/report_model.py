@@ -15,8 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from burstscope.cluster import Cluster, map_in
-from burstscope.errors import UsageError
-from collector.trace import (
+from burstscope.collector.trace import (
     PortSamples,
     SlowSeries,
     TraceError,
@@ -25,13 +24,25 @@ from collector.trace import (
     read_samples,
     read_slow,
 )
-from detectors.analyzer import BATCH_BLOCK, Chunk, DirectionAnalyzer, Summary, WorkArrays
-from detectors.bursts import Bursts
-from detectors.config import DIRECTIONS, NS_PER_SECOND, Thresholds, nominal_interval_ns, scale_key
-from detectors.congestion import CongestionShare, congestion_direction, congestion_share
-from detectors.fleet import FleetSynchrony, MillisecondRuns, fleet_synchrony, saturated_milliseconds
-from detectors.scales import peak_envelope
-from detectors.synchrony import Synchrony, synchrony
+from burstscope.detectors.analyzer import BATCH_BLOCK, Chunk, DirectionAnalyzer, Summary, WorkArrays
+from burstscope.detectors.bursts import Bursts
+from burstscope.detectors.config import (
+    DIRECTIONS,
+    NS_PER_SECOND,
+    Thresholds,
+    nominal_interval_ns,
+    scale_key,
+)
+from burstscope.detectors.congestion import CongestionShare, congestion_direction, congestion_share
+from burstscope.detectors.fleet import (
+    FleetSynchrony,
+    MillisecondRuns,
+    fleet_synchrony,
+    saturated_milliseconds,
+)
+from burstscope.detectors.scales import peak_envelope
+from burstscope.detectors.synchrony import Synchrony, synchrony
+from burstscope.errors import UsageError
 
 # Samples a port needs before its sampling interval (the finest scale) is decided.
 INTERVAL_PROBE = 64

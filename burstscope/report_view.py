@@ -9,11 +9,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from burstscope.detectors.analyzer import Summary
+from burstscope.detectors.config import NS_PER_SECOND, Thresholds, scale_label
+from burstscope.detectors.congestion import CongestionShare
+from burstscope.detectors.contrast import contrast
 from burstscope.report_model import DirectionReport, Fleet, NodeContrast, PortReport, Report
-from detectors.analyzer import Summary
-from detectors.config import NS_PER_SECOND, Thresholds, scale_label
-from detectors.congestion import CongestionShare
-from detectors.contrast import contrast
 
 DIGITS = 6  # JSON rounding: stable goldens, far below what a counter can resolve
 

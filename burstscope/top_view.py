@@ -19,9 +19,9 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from collector.pipeline import Snapshot
-from detectors.config import DIRECTIONS
-from detectors.congestion import CNPS, ECN_MARKED
+from burstscope.collector.pipeline import Snapshot
+from burstscope.detectors.config import DIRECTIONS
+from burstscope.detectors.congestion import CNPS, ECN_MARKED
 
 WINDOW_NS = 15_000_000_000
 SPARK_SECONDS = 30

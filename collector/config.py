@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collector.http import DEFAULT_LISTEN, HttpError, parse_listen
-from collector.mqtt.settings import MqttSettingsError, parse_broker_url
-from collector.recording import parse_age, parse_size
-from collector.sampler import parse_interval
+from burstscope.collector.http import DEFAULT_LISTEN, HttpError, parse_listen
+from burstscope.collector.mqtt.settings import MqttSettingsError, parse_broker_url
+from burstscope.collector.recording import parse_age, parse_size
+from burstscope.collector.sampler import parse_interval
 
 
 class ConfigError(Exception):

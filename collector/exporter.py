@@ -22,13 +22,13 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from collector.pipeline import TIMING_BUCKETS_SECONDS, Snapshot
-from collector.slow_poller import READ_BUCKETS_SECONDS, CounterState
-from collector.sources.port_counters import PORT_COUNTER_SPECS
-from detectors.config import DIRECTIONS
-from detectors.congestion import CONGESTION_PACKET_COUNTERS
-from detectors.counters import CounterKind
-from detectors.live import BURST_DURATION_BUCKETS_SECONDS, UTILIZATION_BUCKETS
+from burstscope.collector.pipeline import TIMING_BUCKETS_SECONDS, Snapshot
+from burstscope.collector.slow_poller import READ_BUCKETS_SECONDS, CounterState
+from burstscope.collector.sources.port_counters import PORT_COUNTER_SPECS
+from burstscope.detectors.config import DIRECTIONS
+from burstscope.detectors.congestion import CONGESTION_PACKET_COUNTERS
+from burstscope.detectors.counters import CounterKind
+from burstscope.detectors.live import BURST_DURATION_BUCKETS_SECONDS, UTILIZATION_BUCKETS
 
 # One trailing window: a 60 s peak is max_over_time of this one over 60 s at any scrape
 # interval up to 15 s, and its two series make room for phys_state and PFC durations

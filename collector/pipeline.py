@@ -24,27 +24,27 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from collector.discovery import DeviceInfo
-from collector.recording import Recording, RecordingHealth
-from collector.ring import Field, Ring, RingReader
-from collector.sampler import (
+from burstscope.collector.discovery import DeviceInfo
+from burstscope.collector.recording import Recording, RecordingHealth
+from burstscope.collector.ring import Field, Ring, RingReader
+from burstscope.collector.sampler import (
     Sampler,
     SamplerConfig,
     SamplerError,
     tick_description,
     tuning_notes,
 )
-from collector.slow_poller import SlowPoller, SlowSnapshot
-from collector.sources.base import CounterSource, PortSpec, SlowSource, UnsampledPort
-from collector.trace import PortColumns
-from detectors.analyzer import DirectionAnalyzer
-from detectors.bursts import Bursts
-from detectors.config import DIRECTIONS, Thresholds
-from detectors.distributions import utilization_quantile
-from detectors.live import LiveDirection, cumulative_counts
+from burstscope.collector.slow_poller import SlowPoller, SlowSnapshot
+from burstscope.collector.sources.base import CounterSource, PortSpec, SlowSource, UnsampledPort
+from burstscope.collector.trace import PortColumns
+from burstscope.detectors.analyzer import DirectionAnalyzer
+from burstscope.detectors.bursts import Bursts
+from burstscope.detectors.config import DIRECTIONS, Thresholds
+from burstscope.detectors.distributions import utilization_quantile
+from burstscope.detectors.live import LiveDirection, cumulative_counts
 
 if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs it
-    from collector.trace import TraceWriter
+    from burstscope.collector.trace import TraceWriter
 
 _LOG = logging.getLogger(__name__)
 # How often the ring is drained through the detectors. Each drain costs a fixed numpy

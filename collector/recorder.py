@@ -8,11 +8,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.ring import Field, RingReader
-from collector.sampler import Sampler, SamplerConfig, SamplerError, tuning_notes
-from collector.slow_poller import SlowPoller
-from collector.sources.base import CounterSource, SlowSource
-from collector.trace import TraceInfo, TraceWriter
+from burstscope.collector.ring import Field, RingReader
+from burstscope.collector.sampler import Sampler, SamplerConfig, SamplerError, tuning_notes
+from burstscope.collector.slow_poller import SlowPoller
+from burstscope.collector.sources.base import CounterSource, SlowSource
+from burstscope.collector.trace import TraceInfo, TraceWriter
 
 _DRAIN_SECONDS = 0.1
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from collector.trace import (
+from burstscope.collector.trace import (
     PIECE_PREFIX,
     SLOW_DIRECTORY,
     SLOW_PREFIX,
@@ -32,7 +32,7 @@ from collector.trace import (
 )
 
 if TYPE_CHECKING:  # the writer loads pyarrow, which an agent that does not record never needs
-    from collector.trace import TraceWriter
+    from burstscope.collector.trace import TraceWriter
 
 _LOG = logging.getLogger("burstscope.recording")
 FIRST_RETRY_SECONDS = 1.0

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from collector.sources.base import (
+from burstscope.collector.sources.base import (
     BAD_REASONS,
     MAX_COUNTER_BYTES,
     STATUS_BAD,
@@ -36,8 +36,8 @@ from collector.sources.base import (
     bad_status,
     describe_bad_status,
 )
-from collector.trace import PortColumns
-from collector.trace.schema import TIME_GRAIN_NS, stored_times
+from burstscope.collector.trace import PortColumns
+from burstscope.collector.trace.schema import TIME_GRAIN_NS, stored_times
 
 _MAGIC = 0x62757273_74736370  # "burstscp"
 _PAGE_BYTES = mmap.PAGESIZE

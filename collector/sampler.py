@@ -22,8 +22,8 @@ from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any
 
-from collector.ring import Field, Ring, SamplerState, capacity_for
-from collector.sources.base import CounterSource, SampleRow
+from burstscope.collector.ring import Field, Ring, SamplerState, capacity_for
+from burstscope.collector.sources.base import CounterSource, SampleRow
 
 MIN_INTERVAL_NS = 100_000
 MAX_INTERVAL_NS = 60_000_000_000

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from collector.sources.base import SlowReading, SlowSource
-from collector.trace import SlowRow
-from detectors.counters import CounterTracker
+from burstscope.collector.sources.base import SlowReading, SlowSource
+from burstscope.collector.trace import SlowRow
+from burstscope.detectors.counters import CounterTracker
 
 _LOG = logging.getLogger(__name__)
 

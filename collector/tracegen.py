@@ -8,13 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.discovery import DATA_COUNTER_OCTETS
-from collector.simulation.congestion import SATURATED
-from collector.simulation.model import TrafficModel
-from collector.simulation.profiles import SECOND
-from collector.simulation.workload import Int64Array
-from collector.sources.sim import sim_slow_readings
-from collector.trace import PortColumns, SlowRow, TraceWriter
+from burstscope.collector.discovery import DATA_COUNTER_OCTETS
+from burstscope.collector.simulation.congestion import SATURATED
+from burstscope.collector.simulation.model import TrafficModel
+from burstscope.collector.simulation.profiles import SECOND
+from burstscope.collector.simulation.workload import Int64Array
+from burstscope.collector.sources.sim import sim_slow_readings
+from burstscope.collector.trace import PortColumns, SlowRow, TraceWriter
 
 # 2024-01-01T00:00:00Z, a multiple of 15 s, so the 15-s windows of a simulated trace line
 # up with the model's time and two runs of the same seed are byte-identical.

@@ -27,17 +27,23 @@ def _families() -> dict[str, tuple[str, list[str]]]:
         sys.path.insert(0, str(ROOT))
     import numpy as np
 
-    from collector.exporter import BurstscopeCollector
-    from collector.pipeline import TIMING_BUCKETS_SECONDS, DirectionView, Health, PortView, Snapshot
-    from collector.slow_poller import (
+    from burstscope.collector.exporter import BurstscopeCollector
+    from burstscope.collector.pipeline import (
+        TIMING_BUCKETS_SECONDS,
+        DirectionView,
+        Health,
+        PortView,
+        Snapshot,
+    )
+    from burstscope.collector.slow_poller import (
         READ_BUCKETS_SECONDS,
         CounterState,
         SlowSnapshot,
         SourceHealth,
     )
-    from collector.sources.base import PortSpec
-    from detectors.config import Thresholds
-    from detectors.live import LiveDirection
+    from burstscope.collector.sources.base import PortSpec
+    from burstscope.detectors.config import Thresholds
+    from burstscope.detectors.live import LiveDirection
 
     spec = PortSpec("mlx5_0", 1, 50_000_000_000)
     view = DirectionView(
@@ -81,7 +87,7 @@ def _families() -> dict[str, tuple[str, list[str]]]:
 
 
 def table() -> str:
-    from collector.exporter import HELP
+    from burstscope.collector.exporter import HELP
 
     families = _families()
     lines = [

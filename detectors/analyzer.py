@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from detectors.bursts import Bursts, BurstStats, BurstTracker
-from detectors.config import NS_PER_SECOND, Thresholds, nominal_interval_ns
-from detectors.counters import RESETTING_64, counter_deltas
-from detectors.distributions import UTILIZATION_BINS
-from detectors.scales import (
+from burstscope.detectors.bursts import Bursts, BurstStats, BurstTracker
+from burstscope.detectors.config import NS_PER_SECOND, Thresholds, nominal_interval_ns
+from burstscope.detectors.counters import RESETTING_64, counter_deltas
+from burstscope.detectors.distributions import UTILIZATION_BINS
+from burstscope.detectors.scales import (
     Distribution,
     Intervals,
     ScaleStats,

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from detectors.distributions import DURATION_BINS, duration_bins, duration_quantile
-from detectors.scales import Intervals
+from burstscope.detectors.distributions import DURATION_BINS, duration_bins, duration_quantile
+from burstscope.detectors.scales import Intervals
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]

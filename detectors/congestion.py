@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from detectors.config import NS_PER_SECOND
-from detectors.counters import RESETTING_64, CounterSpec, counter_deltas
+from burstscope.detectors.config import NS_PER_SECOND
+from burstscope.detectors.counters import RESETTING_64, CounterSpec, counter_deltas
 
 # The one vocabulary of congestion counters, for the report, the exporter, MQTT and top.
 # RoCE congestion control's packet counters (mlx5 hw_counters, cong_cnts in

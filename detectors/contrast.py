@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from detectors.analyzer import Summary
-from detectors.config import NS_PER_SECOND, scale_label
+from burstscope.detectors.analyzer import Summary
+from burstscope.detectors.config import NS_PER_SECOND, scale_label
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from detectors.analyzer import Chunk
+from burstscope.detectors.analyzer import Chunk
 
 # Dense near 1, so "what share of milliseconds were >= 90%" is a bucket ratio that sums
 # across ports and nodes (1 - le=0.9 / +Inf).

@@ -7,8 +7,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from detectors.config import scale_key
-from detectors.distributions import UTILIZATION_BINS, utilization_bins, utilization_quantile
+from burstscope.detectors.config import scale_key
+from burstscope.detectors.distributions import (
+    UTILIZATION_BINS,
+    utilization_bins,
+    utilization_quantile,
+)
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]

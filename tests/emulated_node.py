@@ -193,8 +193,8 @@ def agent_settings(arguments: Sequence[str]) -> Any:
 def running_agent(sysfs_root: Path, *extra: str) -> Iterator[tuple[Any, str]]:
     """A started in-process Agent on a free loopback port; yields (agent, metrics URL)."""
     from burstscope.agent import Agent
+    from burstscope.collector.pipeline import wait_for_first_sample
     from burstscope.errors import UsageError
-    from collector.pipeline import wait_for_first_sample
 
     for attempt in range(5):
         port = free_port()

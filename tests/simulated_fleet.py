@@ -55,7 +55,7 @@ class Exposition:
 def capture_agent(seconds: float = 5.0) -> Exposition:
     """Two scrapes of a real in-process ``agent --source sim``, ``seconds`` apart."""
     from burstscope.agent import Agent
-    from collector.pipeline import wait_for_first_sample
+    from burstscope.collector.pipeline import wait_for_first_sample
 
     port = free_port()
     agent = Agent(agent_settings(["--source", "sim", "--listen", f"127.0.0.1:{port}"]))

@@ -23,11 +23,11 @@ from scapy.packet import Raw
 from scapy.utils import rdpcap
 
 from burstscope.cli import main
-from collector.capture import live
-from collector.capture.analysis import analyze_capture
-from collector.capture.decode import SKIP_REASONS, decode
-from collector.capture.pcap import PcapError, parse_pcap, pcap_bytes
-from detectors.packets import OPCODE_NAMES, address_text
+from burstscope.collector.capture import live
+from burstscope.collector.capture.analysis import analyze_capture
+from burstscope.collector.capture.decode import SKIP_REASONS, decode
+from burstscope.collector.capture.pcap import PcapError, parse_pcap, pcap_bytes
+from burstscope.detectors.packets import OPCODE_NAMES, address_text
 
 T0 = 1_700_000_000_000_000_000
 QPS = (0x11, 0x12, 0x3FF, 0xABCDEF)

@@ -11,8 +11,8 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from burstscope.cli import main
-from collector.capture.coflows import MappingError, parse_mapping
-from collector.capture.pcap import pcap_bytes
+from burstscope.collector.capture.coflows import MappingError, parse_mapping
+from burstscope.collector.capture.pcap import pcap_bytes
 from tests.test_capture import MAC_DST, MAC_SRC, T0, roce
 
 MS = 1_000_000

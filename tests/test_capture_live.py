@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from collector import rocegen
-from collector import testbed as bed_module
-from collector.testbed import RECEIVER_ADDRESS, RECEIVER_INTERFACE, SENDER_ADDRESS
+from burstscope.collector import rocegen
+from burstscope.collector import testbed as bed_module
+from burstscope.collector.testbed import RECEIVER_ADDRESS, RECEIVER_INTERFACE, SENDER_ADDRESS
 from tests.conftest import integration_unavailable, require_binary, require_root
 from tests.processes import LoggedProcess, wait_until
 
@@ -44,7 +44,15 @@ def test_live_capture_sees_the_generator(request: pytest.FixtureRequest, tmp_pat
     generator = subprocess.run(
         [
             *bed.exec_prefix(),
-            *(sys.executable, "-m", "collector.rocegen", "--seed", "4", "--duration", "2"),
+            *(
+                sys.executable,
+                "-m",
+                "burstscope.collector.rocegen",
+                "--seed",
+                "4",
+                "--duration",
+                "2",
+            ),
             *("--source", SENDER_ADDRESS, "--destination", RECEIVER_ADDRESS),
             *("--truth", str(truth_file)),
         ],

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from collector.trace import TraceInfo, read_info, read_samples, read_slow
+from burstscope.collector.trace import TraceInfo, read_info, read_samples, read_slow
 from tests.conftest import FIXTURES, SYSFS
 from tests.processes import LoggedProcess, wait_until
 

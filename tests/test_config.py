@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.config import ConfigError, load_config, parse_config
+from burstscope.collector.config import ConfigError, load_config, parse_config
 
 EXAMPLE = """
 [source]

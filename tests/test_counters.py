@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from detectors.counters import (
+from burstscope.detectors.counters import (
     RESETTING_64,
     WRAPPING_32,
     CounterKind,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from collector.exporter import HELP
+from burstscope.collector.exporter import HELP
 
 DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards"
 GRAFANA = DASHBOARDS / "grafana"

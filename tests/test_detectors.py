@@ -5,19 +5,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detectors.analyzer import DirectionAnalyzer, Summary, analyze
-from detectors.bursts import Bursts
-from detectors.config import (
+from burstscope.detectors.analyzer import DirectionAnalyzer, Summary, analyze
+from burstscope.detectors.bursts import Bursts
+from burstscope.detectors.config import (
     Thresholds,
     nominal_interval_ns,
     round_interval_ns,
     scale_key,
     scale_label,
 )
-from detectors.congestion import congestion_share
-from detectors.contrast import contrast, verdict
-from detectors.distributions import duration_quantile, utilization_bins, utilization_quantile
-from detectors.synchrony import synchrony
+from burstscope.detectors.congestion import congestion_share
+from burstscope.detectors.contrast import contrast, verdict
+from burstscope.detectors.distributions import (
+    duration_quantile,
+    utilization_bins,
+    utilization_quantile,
+)
+from burstscope.detectors.synchrony import synchrony
 
 RATE = 1_000_000_000  # bytes per second: 1 ms at line rate is 1e6 bytes
 MS = 1_000_000

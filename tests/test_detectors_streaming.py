@@ -8,9 +8,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detectors.analyzer import DirectionAnalyzer, analyze
-from detectors.bursts import Bursts
-from detectors.config import Thresholds
+from burstscope.detectors.analyzer import DirectionAnalyzer, analyze
+from burstscope.detectors.bursts import Bursts
+from burstscope.detectors.config import Thresholds
 
 RATE = 1_000_000_000
 MS = 1_000_000

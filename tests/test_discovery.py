@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.discovery import (
+from burstscope.collector.discovery import (
     DiscoveryError,
     State,
     compile_filter,

@@ -102,7 +102,7 @@ def test_golden_exposition(fixture_scrape: str, update_golden: bool) -> None:
 def test_every_help_family_is_declared_once(fixture_scrape: str) -> None:
     helps = re.findall(r"^# HELP (\S+) ", fixture_scrape, flags=re.MULTILINE)
     assert len(helps) == len(set(helps))
-    from collector.exporter import HELP
+    from burstscope.collector.exporter import HELP
 
     # PFC families need ethtool on a real netdev, which the fixture tree cannot provide;
     # EFA's RDMA bytes, a stuck counter and a renegotiation are in tests/test_hardware.py;

@@ -609,7 +609,7 @@ def test_fuse_counter_values_that_no_counter_can_hold(
 
 def test_fault_log_lines_name_port_counter_and_reason() -> None:
     # The reasons a status byte can carry round-trip through the ring's encoding.
-    from collector.sources.base import bad_errno_status, bad_status, describe_bad_status
+    from burstscope.collector.sources.base import bad_errno_status, bad_status, describe_bad_status
 
     assert describe_bad_status(bad_status(1, 1)) == ("port_rcv_data", "negative")
     assert describe_bad_status(bad_errno_status(0, 5)) == ("port_xmit_data", "EIO")
@@ -620,8 +620,8 @@ def test_fault_log_lines_name_port_counter_and_reason() -> None:
 def test_trace_and_spool_files_are_not_world_readable(tmp_path: Path) -> None:
     import numpy as np
 
-    from collector.mqtt.spool import SqliteSpool
-    from collector.trace import PortColumns, TraceWriter, prepare_output
+    from burstscope.collector.mqtt.spool import SqliteSpool
+    from burstscope.collector.trace import PortColumns, TraceWriter, prepare_output
 
     previous = os.umask(0)  # run by hand with a permissive umask
     try:
@@ -658,8 +658,8 @@ def test_trace_and_spool_files_are_not_world_readable(tmp_path: Path) -> None:
 def test_recording_pauses_drops_and_resumes_without_raising(tmp_path: Path) -> None:
     import numpy as np
 
-    from collector.recording import Recording
-    from collector.trace import PortColumns, TraceWriter
+    from burstscope.collector.recording import Recording
+    from burstscope.collector.trace import PortColumns, TraceWriter
 
     writer = TraceWriter(tmp_path / "missing" / "trace", 0.001)  # its directory is absent
     recording = Recording(writer, tmp_path)

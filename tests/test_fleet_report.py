@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from burstscope.cli import main
 from burstscope.cluster import LOCAL_QUIET, Cluster, dask_cluster, map_in
+from burstscope.collector.trace import PortColumns, TraceInfo, TraceWriter, read_info, read_samples
+from burstscope.detectors.config import Thresholds
+from burstscope.detectors.fleet import MillisecondRuns, fleet_synchrony
 from burstscope.errors import UsageError
 from burstscope.report_model import analyze_paths
 from burstscope.report_view import to_json
-from collector.trace import PortColumns, TraceInfo, TraceWriter, read_info, read_samples
-from detectors.config import Thresholds
-from detectors.fleet import MillisecondRuns, fleet_synchrony
 
 RATE = 50_000_000_000  # bytes per second
 MS = 1_000_000

@@ -22,9 +22,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from collector.discovery import parse_link_rate
-from collector.simulation.model import TrafficModel
-from collector.simulation.sysfs_writer import SysfsWriter
+from burstscope.collector.discovery import parse_link_rate
+from burstscope.collector.simulation.model import TrafficModel
+from burstscope.collector.simulation.sysfs_writer import SysfsWriter
 from tests.conftest import FIXTURES, compare_golden
 from tests.emulated_node import CounterWriter, EmulatedNode, Load
 from tests.processes import AgentProcess, wait_until
@@ -338,8 +338,8 @@ def test_pfc_pause_time_is_exported_in_seconds_for_priorities_that_paused(
     here, so the readings come from a recorded trace played back (replay:PATH)."""
     import numpy as np
 
-    from collector.trace import PortColumns, SlowRow, TraceWriter
-    from detectors.counters import RESETTING_64
+    from burstscope.collector.trace import PortColumns, SlowRow, TraceWriter
+    from burstscope.detectors.counters import RESETTING_64
 
     trace = tmp_path / "trace"
     trace.mkdir()

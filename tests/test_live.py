@@ -7,7 +7,7 @@ from collections import deque
 from hypothesis import given
 from hypothesis import strategies as st
 
-from detectors.live import SLOT_NS, LiveDirection
+from burstscope.detectors.live import SLOT_NS, LiveDirection
 
 
 @given(

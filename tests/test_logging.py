@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.logging_journal import RepeatFilter, setup_logging
+from burstscope.collector.logging_journal import RepeatFilter, setup_logging
 
 
 class Clock:

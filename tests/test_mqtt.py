@@ -6,15 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from burstscope.fleet_events import FleetView, SequenceTracker, Verdict
-from collector.mqtt.messages import (
+from burstscope.collector.mqtt.messages import (
     LinkEvent,
     LinkEventDeriver,
     PortReading,
     port_topic,
     status_topic,
 )
-from collector.mqtt.policy import (
+from burstscope.collector.mqtt.policy import (
     BurstRecord,
     BurstSummary,
     PolicyState,
@@ -22,9 +21,15 @@ from collector.mqtt.policy import (
     apply_policy,
     flush,
 )
-from collector.mqtt.publisher import Backoff
-from collector.mqtt.settings import BrokerUrl, MqttSettingsError, build_settings, parse_broker_url
-from collector.mqtt.spool import MemorySpool, Message, SqliteSpool
+from burstscope.collector.mqtt.publisher import Backoff
+from burstscope.collector.mqtt.settings import (
+    BrokerUrl,
+    MqttSettingsError,
+    build_settings,
+    parse_broker_url,
+)
+from burstscope.collector.mqtt.spool import MemorySpool, Message, SqliteSpool
+from burstscope.fleet_events import FleetView, SequenceTracker, Verdict
 from tests.test_cli_core import assert_usage_error, burstscope
 
 MS = 1_000_000
@@ -317,8 +322,8 @@ def test_reloading_a_publisher_that_is_not_running_is_an_error_not_a_crash() -> 
     from types import SimpleNamespace
 
     from burstscope import __version__
-    from collector.mqtt import attach_mqtt
-    from collector.sources.base import PortSpec
+    from burstscope.collector.mqtt import attach_mqtt
+    from burstscope.collector.sources.base import PortSpec
 
     pipeline = SimpleNamespace(
         source=SimpleNamespace(ports=(PortSpec("mlx5_0", 1, 50_000_000_000),)),

@@ -264,10 +264,10 @@ def test_outage_of_ten_seconds_loses_nothing(
 def test_payloads_of_constructed_bursts(broker: Broker) -> None:
     """The publisher driven directly: every field of a burst and of a window summary."""
     from burstscope import __version__
-    from collector.mqtt import attach_mqtt, build_settings
-    from collector.mqtt.policy import BurstRecord
-    from collector.sources.base import PortSpec
-    from detectors.bursts import Bursts
+    from burstscope.collector.mqtt import attach_mqtt, build_settings
+    from burstscope.collector.mqtt.policy import BurstRecord
+    from burstscope.collector.sources.base import PortSpec
+    from burstscope.detectors.bursts import Bursts
 
     pipeline = SimpleNamespace(
         source=SimpleNamespace(ports=(PortSpec("mlx5_0", 1, 50_000_000_000),)),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from collector.pipeline import Pipeline
-from collector.sources import SourceOptions, build_source
+from burstscope.collector.pipeline import Pipeline
+from burstscope.collector.sources import SourceOptions, build_source
 from tests.processes import wait_until
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from detectors.analyzer import DirectionAnalyzer
-from detectors.config import Thresholds
+from burstscope.detectors.analyzer import DirectionAnalyzer
+from burstscope.detectors.config import Thresholds
 from tests.conftest import SYSFS
 from tests.processes import DEADLINE_SECONDS, STOP_SECONDS, LoggedProcess, fetch, free_port, metric
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.trace import read_slow
+from burstscope.collector.trace import read_slow
 from tests.test_cli_core import assert_usage_error, burstscope
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from burstscope.cli import main
-from collector.trace import PortColumns, TraceInfo, TraceWriter, read_info, read_samples
+from burstscope.collector.trace import PortColumns, TraceInfo, TraceWriter, read_info, read_samples
 from tests.conftest import compare_golden
 
 REPO = Path(__file__).resolve().parents[1]

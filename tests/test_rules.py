@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.exporter import HELP
+from burstscope.collector.exporter import HELP
 from tests.conftest import require_binary
 
 PROMETHEUS = Path(__file__).resolve().parent.parent / "dashboards" / "prometheus"

@@ -13,12 +13,12 @@ import numpy as np
 import pyarrow.dataset as ds
 import pytest
 
-from collector.recorder import record
-from collector.ring import Field, Ring
-from collector.sampler import SamplerConfig, parse_interval
-from collector.sources.base import STATUS_REBASELINE, SampleRow
-from collector.sources.files import PURE_PYTHON_ENV, compiled_tick_available
-from collector.sources.netdev import NetdevSource
+from burstscope.collector.recorder import record
+from burstscope.collector.ring import Field, Ring
+from burstscope.collector.sampler import SamplerConfig, parse_interval
+from burstscope.collector.sources.base import STATUS_REBASELINE, SampleRow
+from burstscope.collector.sources.files import PURE_PYTHON_ENV, compiled_tick_available
+from burstscope.collector.sources.netdev import NetdevSource
 from tests.processes import DEADLINE_SECONDS, wait_until
 
 
@@ -169,7 +169,7 @@ def test_a_port_that_fails_mid_run_is_retried_and_rebaselined(
 
 
 def test_ring_header_reports_scheduling(tmp_path: Path) -> None:
-    from collector.sampler import Sampler
+    from burstscope.collector.sampler import Sampler
 
     sampler = Sampler(NetdevSource(("lo",)), SamplerConfig(interval_ns=500_000))
     try:
@@ -187,7 +187,7 @@ def test_ring_header_reports_scheduling(tmp_path: Path) -> None:
 def test_refused_scheduling_is_recorded_with_its_reason() -> None:
     """Priority 100 is past SCHED_FIFO's 99 and CPU 4095 does not exist: both are refused
     whatever the privileges, and the reasons reach the notes the agent logs."""
-    from collector.sampler import Sampler, tuning_notes
+    from burstscope.collector.sampler import Sampler, tuning_notes
 
     config = SamplerConfig(realtime_priority=100, cpu=4095)
     sampler = Sampler(NetdevSource(("lo",)), config)

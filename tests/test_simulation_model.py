@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collector.simulation.cursor import CounterCursor
-from collector.simulation.model import TrafficModel
-from collector.simulation.profiles import MIN_GAP_NS, PROFILES, SECOND
-from collector.simulation.workload import fifo
+from burstscope.collector.simulation.cursor import CounterCursor
+from burstscope.collector.simulation.model import TrafficModel
+from burstscope.collector.simulation.profiles import MIN_GAP_NS, PROFILES, SECOND
+from burstscope.collector.simulation.workload import fifo
 
 PROFILE_NAMES = tuple(PROFILES)
 

@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 
 from burstscope.cli import main
-from collector.discovery import discover
-from collector.simulation.model import TrafficModel
-from collector.simulation.sysfs_writer import SysfsWriter
-from collector.sources import SourceOptions, build_source
-from collector.sources.base import STATUS_OK, STATUS_REBASELINE, SampleRow, SourceError
-from collector.sources.infiniband import InfiniBandSource
-from collector.sources.sim import SimSource
-from collector.tracegen import sample_times
-from detectors.analyzer import analyze
+from burstscope.collector.discovery import discover
+from burstscope.collector.simulation.model import TrafficModel
+from burstscope.collector.simulation.sysfs_writer import SysfsWriter
+from burstscope.collector.sources import SourceOptions, build_source
+from burstscope.collector.sources.base import STATUS_OK, STATUS_REBASELINE, SampleRow, SourceError
+from burstscope.collector.sources.infiniband import InfiniBandSource
+from burstscope.collector.sources.sim import SimSource
+from burstscope.collector.tracegen import sample_times
+from burstscope.detectors.analyzer import analyze
 
 PROFILE_NAMES = ("moe", "dense", "idle-heavy")
 

@@ -10,11 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from burstscope.cli import main
-from collector.simulation.congestion import XMIT_WAIT_PER_MS
-from collector.simulation.model import TrafficModel
-from collector.simulation.profiles import SECOND
-from collector.trace import read_slow
-from collector.tracegen import CHUNK_TICKS, FIXED_EPOCH_NS, sample_times
+from burstscope.collector.simulation.congestion import XMIT_WAIT_PER_MS
+from burstscope.collector.simulation.model import TrafficModel
+from burstscope.collector.simulation.profiles import SECOND
+from burstscope.collector.trace import read_slow
+from burstscope.collector.tracegen import CHUNK_TICKS, FIXED_EPOCH_NS, sample_times
 
 WINDOW_NS = 15 * SECOND
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.sources.base import SourceError
-from collector.sources.ethtool import (
+from burstscope.collector.sources.base import SourceError
+from burstscope.collector.sources.ethtool import (
     DEFAULT_STAT_PATTERN,
     ETH_GSTRING_LEN,
     ETHTOOL_GSSET_INFO,
@@ -28,7 +28,7 @@ from collector.sources.ethtool import (
     encode_ifreq,
     encode_sset_info_request,
 )
-from detectors.counters import RESETTING_64
+from burstscope.detectors.counters import RESETTING_64
 from tests.conftest import integration_unavailable, require_binary, require_root
 
 

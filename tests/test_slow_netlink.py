@@ -9,12 +9,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from collector.discovery import discover
-from collector.sources import rdma_netlink
-from collector.sources.base import SourceError
-from collector.sources.hw_counters import HwCountersSysfsSource
-from collector.sources.infiniband import choose_hw_counter_source
-from collector.sources.rdma_netlink import (
+from burstscope.collector.discovery import discover
+from burstscope.collector.sources import rdma_netlink
+from burstscope.collector.sources.base import SourceError
+from burstscope.collector.sources.hw_counters import HwCountersSysfsSource
+from burstscope.collector.sources.infiniband import choose_hw_counter_source
+from burstscope.collector.sources.rdma_netlink import (
     NetlinkError,
     PortStatistics,
     RdmaDevice,
@@ -181,7 +181,7 @@ def test_source_open_on_this_kernel_fails_or_names_devices() -> None:
 
 def test_choose_falls_back_to_sysfs_with_one_log_line(caplog: pytest.LogCaptureFixture) -> None:
     ports = [p for p in discover(SYSFS).ports if p.link_layer == "Ethernet"]
-    with caplog.at_level(logging.INFO, logger="collector.sources.infiniband"):
+    with caplog.at_level(logging.INFO, logger="burstscope.collector.sources.infiniband"):
         chosen = choose_hw_counter_source(ports, probe=lambda _: "no NETLINK_RDMA socket")
     assert isinstance(chosen, HwCountersSysfsSource)
     assert [r.getMessage() for r in caplog.records] == [
@@ -210,7 +210,7 @@ def test_choose_prefers_netlink_when_the_kernel_offers_it(
 
 def test_choose_on_this_kernel_uses_the_real_probe(caplog: pytest.LogCaptureFixture) -> None:
     ports = [p for p in discover(SYSFS).ports if p.link_layer == "Ethernet"]
-    with caplog.at_level(logging.INFO, logger="collector.sources.infiniband"):
+    with caplog.at_level(logging.INFO, logger="burstscope.collector.sources.infiniband"):
         chosen = choose_hw_counter_source(ports)
     # The fixture's mlx5_1 is not a device of this kernel, so netlink cannot serve it.
     assert isinstance(chosen, HwCountersSysfsSource)

@@ -9,20 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from collector.discovery import discover
-from collector.slow_poller import (
+from burstscope.collector.discovery import discover
+from burstscope.collector.slow_poller import (
     CounterState,
     SlowPoller,
     SlowSnapshot,
 )
-from collector.sources.base import SlowReading, SlowSource
-from collector.sources.ethtool import EthtoolSource
-from collector.sources.hw_counters import HwCountersSysfsSource
-from collector.sources.infiniband import InfiniBandSource
-from collector.sources.netdev import NetdevSource
-from collector.sources.port_counters import PortCounterSource
-from collector.sources.rdma_netlink import RdmaNetlinkSource
-from detectors.counters import RESETTING_64
+from burstscope.collector.sources.base import SlowReading, SlowSource
+from burstscope.collector.sources.ethtool import EthtoolSource
+from burstscope.collector.sources.hw_counters import HwCountersSysfsSource
+from burstscope.collector.sources.infiniband import InfiniBandSource
+from burstscope.collector.sources.netdev import NetdevSource
+from burstscope.collector.sources.port_counters import PortCounterSource
+from burstscope.collector.sources.rdma_netlink import RdmaNetlinkSource
+from burstscope.detectors.counters import RESETTING_64
 from tests.conftest import SYSFS
 
 FAST = 0.02  # seconds between polls in tests; production never goes below 1 s
@@ -283,11 +283,11 @@ def test_a_poller_thread_that_ends_or_hangs_is_restarted(
     """Supervision of the slow poller: a thread that died, or one stuck in a read."""
     import threading
 
-    from collector import pipeline as pipeline_module
-    from collector.pipeline import Pipeline
-    from collector.sampler import SamplerConfig
-    from collector.slow_poller import SlowPoller
-    from collector.sources import build_source
+    from burstscope.collector import pipeline as pipeline_module
+    from burstscope.collector.pipeline import Pipeline
+    from burstscope.collector.sampler import SamplerConfig
+    from burstscope.collector.slow_poller import SlowPoller
+    from burstscope.collector.sources import build_source
     from tests.processes import wait_until
 
     release = threading.Event()

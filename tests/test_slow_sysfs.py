@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from collector.discovery import InfiniBandPort, discover
-from collector.sources.base import SlowReading
-from collector.sources.hw_counters import (
+from burstscope.collector.discovery import InfiniBandPort, discover
+from burstscope.collector.sources.base import SlowReading
+from burstscope.collector.sources.hw_counters import (
     HW_COUNTER_SPECS,
     HwCountersSysfsSource,
     hw_counter_spec,
 )
-from collector.sources.port_counters import PORT_COUNTER_SPECS, PortCounterSource
-from detectors.counters import RESETTING_64, WRAPPING_32, CounterKind, CounterSpec
+from burstscope.collector.sources.port_counters import PORT_COUNTER_SPECS, PortCounterSource
+from burstscope.detectors.counters import RESETTING_64, WRAPPING_32, CounterKind, CounterSpec
 from tests.conftest import SYSFS
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.config import SCHEMA, load_config
+from burstscope.collector.config import SCHEMA, load_config
 from tests.conftest import require_binary
 
 SYSTEMD = Path(__file__).parent.parent / "systemd"
@@ -130,7 +130,7 @@ def test_unit_keeps_what_the_agent_needs() -> None:
 def test_unit_bounds_descriptors_tasks_and_memory() -> None:
     # A leak or a flood ends in a restart of this unit, not in the node's limits.
     unit = unit_settings(UNIT.read_text())
-    from collector.http import MAX_CONNECTIONS
+    from burstscope.collector.http import MAX_CONNECTIONS
 
     assert int(unit["LimitNOFILE"][0]) > 2 * MAX_CONNECTIONS
     assert int(unit["TasksMax"][0]) > MAX_CONNECTIONS

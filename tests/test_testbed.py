@@ -24,11 +24,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from collector import testbed as bed_module
-from collector.testbed import RECEIVER_ADDRESS, SENDER_ADDRESS, SENDER_INTERFACE
-from collector.trace import read_samples
-from detectors.analyzer import Summary, analyze
-from detectors.bursts import Bursts
+from burstscope.collector import testbed as bed_module
+from burstscope.collector.testbed import RECEIVER_ADDRESS, SENDER_ADDRESS, SENDER_INTERFACE
+from burstscope.collector.trace import read_samples
+from burstscope.detectors.analyzer import Summary, analyze
+from burstscope.detectors.bursts import Bursts
 from tests.conftest import integration_unavailable, require_binary, require_root
 from tests.processes import LoggedProcess, wait_until
 
@@ -127,7 +127,7 @@ def testbed_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     generator = LoggedProcess(
         [
             *bed.exec_prefix(),
-            *(sys.executable, "-m", "collector.rocegen", "--seed", "6"),
+            *(sys.executable, "-m", "burstscope.collector.rocegen", "--seed", "6"),
             *("--source", SENDER_ADDRESS, "--destination", RECEIVER_ADDRESS),
             *("--line-rate", str(RATE_MEGABITS), "--duration", str(GENERATOR_SECONDS)),
             *("--truth", str(truth_file)),

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from collector.ring import Field, Ring
-from collector.sampler import Sampler, SamplerConfig, ticking_for
-from collector.sources import files
-from collector.sources.base import (
+from burstscope.collector.ring import Field, Ring
+from burstscope.collector.sampler import Sampler, SamplerConfig, ticking_for
+from burstscope.collector.sources import files
+from burstscope.collector.sources.base import (
     BAD_REASONS,
     STATUS_MISSING,
     STATUS_OK,
@@ -25,7 +25,7 @@ from collector.sources.base import (
     bad_status,
     usable,
 )
-from collector.sources.files import CounterFiles, PairedFileReader
+from burstscope.collector.sources.files import CounterFiles, PairedFileReader
 
 BUILT = files.compiled_tick_available()
 compiled = pytest.mark.skipif(not BUILT, reason="built without the compiled tick")
@@ -219,7 +219,7 @@ def test_sigterm_stops_either_loop_cleanly(
     import signal
     import time
 
-    from collector.ring import SamplerState
+    from burstscope.collector.ring import SamplerState
 
     if path == "compiled" and not BUILT:
         pytest.skip("built without the compiled tick")

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from burstscope.collector.pipeline import DirectionView, Health, PortView, Snapshot
+from burstscope.collector.sources.base import PortSpec
+from burstscope.detectors.analyzer import DirectionAnalyzer
+from burstscope.detectors.config import Thresholds
+from burstscope.detectors.live import LiveDirection
 from burstscope.top_view import plain_lines, table
-from collector.pipeline import DirectionView, Health, PortView, Snapshot
-from collector.sources.base import PortSpec
-from detectors.analyzer import DirectionAnalyzer
-from detectors.config import Thresholds
-from detectors.live import LiveDirection
 from tests.conftest import FIXTURES, compare_golden, require_binary
 from tests.processes import wait_until
 

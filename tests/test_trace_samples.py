@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.trace import PortColumns, TraceWriter, read_samples
+from burstscope.collector.trace import PortColumns, TraceWriter, read_samples
 
 counter = st.one_of(
     st.integers(0, 2**64 - 1),

@@ -11,8 +11,8 @@ import pyarrow.dataset as ds
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.trace import PortColumns, SlowRow, TraceWriter, read_slow
-from detectors.counters import RESETTING_64, WRAPPING_32, CounterSpec
+from burstscope.collector.trace import PortColumns, SlowRow, TraceWriter, read_slow
+from burstscope.detectors.counters import RESETTING_64, WRAPPING_32, CounterSpec
 
 SPECS: dict[str, CounterSpec | None] = {
     "port_xmit_wait": RESETTING_64,

@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from burstscope.collector.capture.analysis import analyze_capture
+from burstscope.collector.capture.coflows import MappingError, collisions, read_mapping
+from burstscope.collector.capture.decode import decode
+from burstscope.collector.capture.live import DEFAULT_SNAPLEN, LiveCaptureError, capture
+from burstscope.collector.capture.pcap import PcapError, parse_pcap, read_pcap
+from burstscope.detectors.packets import Analysis, GroupStats
 from burstscope.errors import UsageError
 from burstscope.invocation import stop_on_signals
-from collector.capture.analysis import analyze_capture
-from collector.capture.coflows import MappingError, collisions, read_mapping
-from collector.capture.decode import decode
-from collector.capture.live import DEFAULT_SNAPLEN, LiveCaptureError, capture
-from collector.capture.pcap import PcapError, parse_pcap, read_pcap
-from detectors.packets import Analysis, GroupStats
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -17,21 +17,21 @@ from pathlib import Path
 from burstscope import invocation
 from burstscope.agent import Agent, AgentSettings, trace_info
 from burstscope.arguments import add_every_argument, check_every
+from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
+from burstscope.collector.http import DEFAULT_LISTEN
+from burstscope.collector.mqtt import MqttSettingsError, add_mqtt_arguments, mqtt_settings_from_args
+from burstscope.collector.pipeline import AGENT_DRAIN_SECONDS, DRAIN_SECONDS
+from burstscope.collector.sampler import SamplerConfig
+from burstscope.collector.simulation.profiles import DEFAULT_PROFILE, PROFILES
+from burstscope.collector.sources.base import SourceError
+from burstscope.collector.sources.sim import SimSource
+from burstscope.collector.trace import TraceError, TraceWriter, prepare_output
+from burstscope.detectors.config import Thresholds
 from burstscope.errors import UsageError
 from burstscope.invocation import stop_on_signals
 from burstscope.live_view import watch
 from burstscope.report_model import analyze_paths
 from burstscope.report_view import print_table, to_json
-from collector.discovery import DEFAULT_SYSFS_ROOT
-from collector.http import DEFAULT_LISTEN
-from collector.mqtt import MqttSettingsError, add_mqtt_arguments, mqtt_settings_from_args
-from collector.pipeline import AGENT_DRAIN_SECONDS, DRAIN_SECONDS
-from collector.sampler import SamplerConfig
-from collector.simulation.profiles import DEFAULT_PROFILE, PROFILES
-from collector.sources.base import SourceError
-from collector.sources.sim import SimSource
-from collector.trace import TraceError, TraceWriter, prepare_output
-from detectors.config import Thresholds
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -10,13 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from burstscope.arguments import LINE_RATE_HINT, add_port_selection
-from burstscope.errors import UsageError
-from collector.discovery import (
+from burstscope.collector.discovery import (
     Discovery,
     DiscoveryError,
     compile_filter,
     discover,
 )
+from burstscope.errors import UsageError
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from burstscope.errors import UsageError
-from burstscope.fleet_events import follow
-from collector.mqtt.settings import (
+from burstscope.collector.mqtt.settings import (
     MqttSettingsError,
     add_connection_arguments,
     mqtt_settings_from_args,
 )
+from burstscope.errors import UsageError
+from burstscope.fleet_events import follow
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -9,11 +9,11 @@ from pathlib import Path
 from types import FrameType
 
 from burstscope.arguments import add_source_arguments, sampler_config_from_args, source_from_args
+from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
+from burstscope.collector.recorder import record
+from burstscope.collector.sampler import SamplerError
+from burstscope.collector.trace import TraceError, prepare_output
 from burstscope.errors import UsageError
-from collector.discovery import DEFAULT_SYSFS_ROOT
-from collector.recorder import record
-from collector.sampler import SamplerError
-from collector.trace import TraceError, prepare_output
 
 
 def register(parser: argparse.ArgumentParser) -> None:

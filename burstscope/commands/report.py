@@ -8,8 +8,8 @@ from pathlib import Path
 
 from burstscope import invocation
 from burstscope.cluster import dask_cluster, start_local_workers_early
+from burstscope.detectors.config import Thresholds
 from burstscope.errors import UsageError
-from detectors.config import Thresholds
 
 
 def register(parser: argparse.ArgumentParser) -> None:

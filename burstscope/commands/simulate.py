@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from burstscope.collector.sampler import parse_interval
+from burstscope.collector.simulation.model import TrafficModel
+from burstscope.collector.simulation.profiles import DEFAULT_PROFILE, PROFILES, profile_named
+from burstscope.collector.simulation.sysfs_writer import SysfsWriter
+from burstscope.collector.trace import TraceError, TraceInfo, TraceWriter, prepare_output
+from burstscope.collector.tracegen import FIXED_EPOCH_NS, NodeTiming, simulate_trace
 from burstscope.errors import UsageError
-from collector.sampler import parse_interval
-from collector.simulation.model import TrafficModel
-from collector.simulation.profiles import DEFAULT_PROFILE, PROFILES, profile_named
-from collector.simulation.sysfs_writer import SysfsWriter
-from collector.trace import TraceError, TraceInfo, TraceWriter, prepare_output
-from collector.tracegen import FIXED_EPOCH_NS, NodeTiming, simulate_trace
 
 
 def register(parser: argparse.ArgumentParser) -> None:

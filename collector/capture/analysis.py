@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collector.capture.decode import Decoded
-from collector.capture.pcap import Records
-from detectors.packets import Analysis, FrameColumns, PacketColumns, analyze_packets
+from burstscope.collector.capture.decode import Decoded
+from burstscope.collector.capture.pcap import Records
+from burstscope.detectors.packets import Analysis, FrameColumns, PacketColumns, analyze_packets
 
 
 def frame_columns(records: Records) -> FrameColumns:

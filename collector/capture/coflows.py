@@ -18,11 +18,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from collector.capture.analysis import frame_columns, packet_columns
-from collector.capture.decode import Decoded
-from collector.capture.pcap import Records
-from detectors import coflows
-from detectors.coflows import TYPE_RANK, Coflow, Mapping
+from burstscope.collector.capture.analysis import frame_columns, packet_columns
+from burstscope.collector.capture.decode import Decoded
+from burstscope.collector.capture.pcap import Records
+from burstscope.detectors import coflows
+from burstscope.detectors.coflows import TYPE_RANK, Coflow, Mapping
 
 _SELECTOR = re.compile(r"^(qp|dscp)=(0x[0-9a-fA-F]+|\d+)$")
 
@@ -84,7 +84,7 @@ def collisions(
     line_rate_bytes_per_second: int,
     saturated: float = 0.9,
 ) -> dict[str, Any]:
-    """detectors.coflows.collisions on a decoded pcap."""
+    """burstscope.detectors.coflows.collisions on a decoded pcap."""
     return coflows.collisions(
         frame_columns(records),
         packet_columns(decoded),

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from collector.capture.pcap import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, Records
-from detectors.packets import OPCODE_NAMES
+from burstscope.collector.capture.pcap import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, Records
+from burstscope.detectors.packets import OPCODE_NAMES
 
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]

@@ -1,7 +1,7 @@
 """Burst and link events over MQTT: settings, rate policy, spool, publisher, and attach_mqtt."""
 
-from collector.mqtt.attach import MqttHandle, attach_mqtt
-from collector.mqtt.settings import (
+from burstscope.collector.mqtt.attach import MqttHandle, attach_mqtt
+from burstscope.collector.mqtt.settings import (
     MqttSettings,
     MqttSettingsError,
     add_connection_arguments,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.metrics_core import Metric
 
-from collector.mqtt.messages import (
+from burstscope.collector.mqtt.messages import (
     Identity,
     LinkEventDeriver,
     burst_payload,
@@ -31,22 +31,22 @@ from collector.mqtt.messages import (
     recording_event,
     summary_payload,
 )
-from collector.mqtt.policy import (
+from burstscope.collector.mqtt.policy import (
     BurstRecord,
     PolicyState,
     RatePolicy,
     apply_policy,
     flush,
 )
-from collector.mqtt.settings import MqttSettings, MqttSettingsError
-from collector.mqtt.spool import open_spool
+from burstscope.collector.mqtt.settings import MqttSettings, MqttSettingsError
+from burstscope.collector.mqtt.spool import open_spool
 
 if TYPE_CHECKING:
-    from collector.exporter import BurstscopeCollector
-    from collector.mqtt.publisher import MqttPublisher, Outcome, PublisherStats
-    from collector.pipeline import Pipeline
-    from collector.sources.base import PortSpec
-    from detectors.bursts import Bursts
+    from burstscope.collector.exporter import BurstscopeCollector
+    from burstscope.collector.mqtt.publisher import MqttPublisher, Outcome, PublisherStats
+    from burstscope.collector.pipeline import Pipeline
+    from burstscope.collector.sources.base import PortSpec
+    from burstscope.detectors.bursts import Bursts
 
 _LOG = logging.getLogger("burstscope.mqtt")
 INTAKE_SECONDS = 0.1
@@ -134,7 +134,7 @@ class MqttHandle:
         unreachable broker is not an error: messages wait in the spool.
         """
         try:
-            from collector.mqtt.publisher import PublisherStats
+            from burstscope.collector.mqtt.publisher import PublisherStats
         except ImportError:
             raise MqttSettingsError(
                 "--mqtt needs aiomqtt: pip install 'burstscope[mqtt]'"
@@ -196,7 +196,7 @@ class MqttHandle:
         alone applies without reconnecting. The spool's place and size are fixed for the
         run; returns the settings applied and the keys kept unchanged.
         """
-        from collector.mqtt.publisher import Outcome, probe
+        from burstscope.collector.mqtt.publisher import Outcome, probe
 
         loop, swap = self._loop, self._swap
         if self._thread is None or not self._thread.is_alive() or loop is None or swap is None:
@@ -261,7 +261,7 @@ class MqttHandle:
         self._first.set()
 
     async def _main(self, spool: Any) -> None:
-        from collector.mqtt.publisher import MqttPublisher
+        from burstscope.collector.mqtt.publisher import MqttPublisher
 
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
@@ -401,7 +401,7 @@ class MqttHandle:
     # -- metrics --------------------------------------------------------------------
     def families(self) -> Iterable[Metric]:
         """The publisher's metric families, for BurstscopeCollector.extra_families."""
-        from collector.exporter import mqtt_families
+        from burstscope.collector.exporter import mqtt_families
 
         return mqtt_families(self.stats)
 

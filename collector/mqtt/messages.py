@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from collector.mqtt.policy import BurstRecord, BurstSummary
-from detectors.congestion import is_congestion
+from burstscope.collector.mqtt.policy import BurstRecord, BurstSummary
+from burstscope.detectors.congestion import is_congestion
 
 PREFIX = "burstscope"
 _TOPIC_UNSAFE = re.compile(r"[/+#\x00]")

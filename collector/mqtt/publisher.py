@@ -26,9 +26,9 @@ from typing import Any
 import aiomqtt
 from aiomqtt.exceptions import MqttConnectError
 
-from collector.mqtt.messages import Identity, encode, status_payload, status_topic
-from collector.mqtt.settings import MqttSettings, client_tls_context
-from collector.mqtt.spool import Message, Spool
+from burstscope.collector.mqtt.messages import Identity, encode, status_payload, status_topic
+from burstscope.collector.mqtt.settings import MqttSettings, client_tls_context
+from burstscope.collector.mqtt.spool import Message, Spool
 
 _LOG = logging.getLogger("burstscope.mqtt")
 BATCH = 64

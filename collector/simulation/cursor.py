@@ -6,8 +6,8 @@ import contextlib
 import os
 import threading
 
-from collector.simulation.model import Block, TrafficModel
-from collector.simulation.workload import CHANNELS
+from burstscope.collector.simulation.model import Block, TrafficModel
+from burstscope.collector.simulation.workload import CHANNELS
 
 
 class CounterCursor:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from collector.simulation.profiles import (
+from burstscope.collector.simulation.profiles import (
     DEFAULT_PROFILE,
     PORTS,
     JobShape,
@@ -25,7 +25,7 @@ from collector.simulation.profiles import (
     SimPort,
     profile_named,
 )
-from collector.simulation.workload import (
+from burstscope.collector.simulation.workload import (
     CHANNELS,
     Int64Array,
     IterationPlan,

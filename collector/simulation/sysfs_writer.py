@@ -17,11 +17,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.discovery import DATA_COUNTER_OCTETS
-from collector.simulation.congestion import SATURATED, congestion_counters
-from collector.simulation.cursor import CounterCursor
-from collector.simulation.model import TrafficModel
-from collector.simulation.profiles import MS, SECOND
+from burstscope.collector.discovery import DATA_COUNTER_OCTETS
+from burstscope.collector.simulation.congestion import SATURATED, congestion_counters
+from burstscope.collector.simulation.cursor import CounterCursor
+from burstscope.collector.simulation.model import TrafficModel
+from burstscope.collector.simulation.profiles import MS, SECOND
 
 # counters/ files that stay at zero on a healthy port (IBA PortCounters).
 _ERROR_COUNTERS = (

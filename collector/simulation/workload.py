@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from collector.simulation.profiles import (
+from burstscope.collector.simulation.profiles import (
     MIN_BURST_NS,
     MIN_GAP_NS,
     PORTS,

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import importlib
 
-from collector.sources.base import CounterSource, SourceError, SourceOptions
+from burstscope.collector.sources.base import CounterSource, SourceError, SourceOptions
 
 _REGISTRY = {
-    "sysfs": "collector.sources.infiniband",
-    "netdev": "collector.sources.netdev",
-    "sim": "collector.sources.sim",
-    "replay": "collector.sources.replay",
+    "sysfs": "burstscope.collector.sources.infiniband",
+    "netdev": "burstscope.collector.sources.netdev",
+    "sim": "burstscope.collector.sources.sim",
+    "replay": "burstscope.collector.sources.replay",
 }
 
 

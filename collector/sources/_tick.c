@@ -277,7 +277,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "collector.sources._tick",
+    PyModuleDef_HEAD_INIT, "burstscope.collector.sources._tick",
     "The sampler's tick for file counter sources, in C (see collector/sources/files.py).", -1,
     methods, NULL, NULL, NULL, NULL,
 };

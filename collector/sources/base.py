@@ -7,11 +7,11 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from collector.discovery import DEFAULT_SYSFS_ROOT, DeviceInfo
+from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT, DeviceInfo
 
 if TYPE_CHECKING:  # numpy and the trace format: not for `discover` or `--version`
-    from collector.trace import SlowRow
-    from detectors.counters import CounterSpec
+    from burstscope.collector.trace import SlowRow
+    from burstscope.detectors.counters import CounterSpec
 
 # Per-port status written beside every sample.
 STATUS_OK = 0
@@ -176,7 +176,7 @@ class SlowReading:
 
     def as_trace_row(self, timestamp_ns: int, rebaseline: bool) -> SlowRow:
         """This reading as a trace row, stamped on the samples' wall clock."""
-        from collector.trace import SlowRow
+        from burstscope.collector.trace import SlowRow
 
         return SlowRow(
             timestamp_ns, self.device, self.port, self.name, self.value, self.counter, rebaseline

@@ -17,8 +17,8 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from collector.sources.base import SlowReading, SourceError
-from detectors.counters import RESETTING_64
+from burstscope.collector.sources.base import SlowReading, SourceError
+from burstscope.detectors.counters import RESETTING_64
 
 # include/uapi/linux/sockios.h and include/uapi/linux/ethtool.h
 SIOCETHTOOL = 0x8946

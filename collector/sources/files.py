@@ -6,7 +6,7 @@ call (fs/kernfs/file.c resets the seq_file iterator at offset 0), so descriptors
 open for the life of the sampler and are reopened only after a failure.
 
 The tick has two implementations with the same results. Where the optional compiled core
-``collector.sources._tick`` was built (``pip install`` compiles it when a C compiler and
+``burstscope.collector.sources._tick`` was built (``pip install`` compiles it when a C compiler and
 the Python headers are present), one C call per tick reads every healthy port straight
 into the ring's record; the ports it cannot settle (closed, just reopened, a failed read,
 text that is not a plain decimal) are read again by the Python path below, which owns
@@ -23,8 +23,8 @@ from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from collector.discovery import DeviceInfo
-from collector.sources.base import (
+from burstscope.collector.discovery import DeviceInfo
+from burstscope.collector.sources.base import (
     BAD_REASONS,
     MAX_COUNTER_BYTES,
     STATUS_HELD,
@@ -40,7 +40,7 @@ from collector.sources.base import (
 )
 
 try:
-    from collector.sources import _tick
+    from burstscope.collector.sources import _tick
 except ImportError:  # built without a C compiler: the pure-Python tick
     _tick = None  # type: ignore[assignment]
 PURE_PYTHON_ENV = "BURSTSCOPE_PURE_PYTHON_TICK"

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from collector.discovery import LIFESPAN, InfiniBandPort
-from collector.sources.base import SlowReading
-from collector.sources.slow_files import SlowFile, SlowFiles
-from detectors.counters import RESETTING_64, WRAPPING_32, CounterSpec
+from burstscope.collector.discovery import LIFESPAN, InfiniBandPort
+from burstscope.collector.sources.base import SlowReading
+from burstscope.collector.sources.slow_files import SlowFile, SlowFiles
+from burstscope.detectors.counters import RESETTING_64, WRAPPING_32, CounterSpec
 
 # How each hw counter ends its range (drivers/infiniband/hw/mlx5/counters.c). mlx5 Q
 # counters are 32-bit per counter set and wrap at 2**32 (DPDK commit c5193a0bbef8 "net/mlx5:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collector.discovery import (
+from burstscope.collector.discovery import (
     DEFAULT_SYSFS_ROOT,
     DeviceInfo,
     Discovery,
@@ -17,19 +17,19 @@ from collector.discovery import (
     InfiniBandPort,
     discover,
 )
-from collector.sources.base import (
+from burstscope.collector.sources.base import (
     PortSpec,
     SlowSource,
     SourceError,
     SourceOptions,
     UnsampledPort,
 )
-from collector.sources.ethtool import EthtoolSource
-from collector.sources.files import CounterFiles, FileCounterSource
-from collector.sources.hw_counters import HwCountersSysfsSource
-from collector.sources.port_counters import PortCounterSource
-from collector.sources.rdma_netlink import RdmaNetlinkSource
-from collector.sources.rdma_netlink import probe as netlink_probe
+from burstscope.collector.sources.ethtool import EthtoolSource
+from burstscope.collector.sources.files import CounterFiles, FileCounterSource
+from burstscope.collector.sources.hw_counters import HwCountersSysfsSource
+from burstscope.collector.sources.port_counters import PortCounterSource
+from burstscope.collector.sources.rdma_netlink import RdmaNetlinkSource
+from burstscope.collector.sources.rdma_netlink import probe as netlink_probe
 
 _LOG = logging.getLogger(__name__)
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collector.discovery import DEFAULT_SYSFS_ROOT, read_attribute
-from collector.sources.base import (
+from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT, read_attribute
+from burstscope.collector.sources.base import (
     PortSpec,
     SlowReading,
     SlowSource,
     SourceError,
     SourceOptions,
 )
-from collector.sources.ethtool import EthtoolSource
-from collector.sources.files import CounterFiles, FileCounterSource
+from burstscope.collector.sources.ethtool import EthtoolSource
+from burstscope.collector.sources.files import CounterFiles, FileCounterSource
 
 
 def interface_line_rate(sysfs_root: str, interface: str) -> int | None:

@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from collector.discovery import (
+from burstscope.collector.discovery import (
     PORT_COUNTER_WIDTHS,
     InfiniBandPort,
     parse_link_rate,
     parse_state,
 )
-from collector.sources.base import SlowReading
-from collector.sources.slow_files import SlowFile, SlowFiles
-from detectors.counters import CounterKind, CounterSpec
+from burstscope.collector.sources.base import SlowReading
+from burstscope.collector.sources.slow_files import SlowFile, SlowFiles
+from burstscope.detectors.counters import CounterKind, CounterSpec
 
 
 def _saturating(width_bits: int) -> CounterSpec:

@@ -14,8 +14,8 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from collector.sources.base import SlowReading, SourceError
-from collector.sources.hw_counters import hw_counter_spec
+from burstscope.collector.sources.base import SlowReading, SourceError
+from burstscope.collector.sources.hw_counters import hw_counter_spec
 
 # include/uapi/linux/netlink.h
 NETLINK_RDMA = 20

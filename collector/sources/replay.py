@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from collector.discovery import DeviceInfo
-from collector.sources.base import (
+from burstscope.collector.discovery import DeviceInfo
+from burstscope.collector.sources.base import (
     STATUS_MISSING,
     STATUS_OK,
     STATUS_REBASELINE,
@@ -31,7 +31,14 @@ from collector.sources.base import (
     SourceOptions,
     UnsampledPort,
 )
-from collector.trace import PortSamples, SlowSeries, TraceError, read_samples, read_slow, slow_files
+from burstscope.collector.trace import (
+    PortSamples,
+    SlowSeries,
+    TraceError,
+    read_samples,
+    read_slow,
+    slow_files,
+)
 
 _PREFETCH_PIECES = 2
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from collector.discovery import DATA_COUNTER_OCTETS, DeviceInfo
-from collector.simulation.congestion import SATURATED, congestion_counters
-from collector.simulation.cursor import CounterCursor
-from collector.simulation.model import Schedule, TrafficModel
-from collector.simulation.profiles import (
+from burstscope.collector.discovery import DATA_COUNTER_OCTETS, DeviceInfo
+from burstscope.collector.simulation.congestion import SATURATED, congestion_counters
+from burstscope.collector.simulation.cursor import CounterCursor
+from burstscope.collector.simulation.model import Schedule, TrafficModel
+from burstscope.collector.simulation.profiles import (
     DEFAULT_PROFILE,
     MS,
     PORTS,
@@ -20,7 +20,7 @@ from collector.simulation.profiles import (
     SimPort,
     profile_named,
 )
-from collector.sources.base import (
+from burstscope.collector.sources.base import (
     STATUS_OK,
     STATUS_REBASELINE,
     PortSpec,
@@ -31,8 +31,8 @@ from collector.sources.base import (
     SourceOptions,
     UnsampledPort,
 )
-from collector.sources.hw_counters import hw_counter_spec
-from collector.sources.port_counters import PORT_COUNTER_SPECS
+from burstscope.collector.sources.hw_counters import hw_counter_spec
+from burstscope.collector.sources.port_counters import PORT_COUNTER_SPECS
 
 
 @dataclass

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from detectors.counters import CounterSpec
+from burstscope.detectors.counters import CounterSpec
 
 # Enough for "400 Gb/sec (4X NDR)" and any decimal counter.
 _READ_BYTES = 64

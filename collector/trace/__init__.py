@@ -12,8 +12,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collector.trace.samples import PortSamples, read_info, read_samples, trace_files
-    from collector.trace.schema import (
+    from burstscope.collector.trace.samples import PortSamples, read_info, read_samples, trace_files
+    from burstscope.collector.trace.schema import (
         DIRECTORY_MODE,
         GAUGE,
         PIECE_MODE,
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
         TraceError,
         TraceInfo,
     )
-    from collector.trace.slow import SlowSeries, read_slow, slow_files
-    from collector.trace.writer import TraceWriter, prepare_output
+    from burstscope.collector.trace.slow import SlowSeries, read_slow, slow_files
+    from burstscope.collector.trace.writer import TraceWriter, prepare_output
 
 _WHERE = {
     "DIRECTORY_MODE": "schema",

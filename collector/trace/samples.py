@@ -13,7 +13,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collector.trace.schema import (
+from burstscope.collector.trace.schema import (
     BYTE_COLUMNS,
     EXACT_TIME_COLUMN,
     PIECE_PREFIX,

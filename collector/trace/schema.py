@@ -40,7 +40,7 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from detectors.counters import CounterSpec
+from burstscope.detectors.counters import CounterSpec
 
 if TYPE_CHECKING:
     import numpy as np

@@ -12,14 +12,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from collector.trace.schema import (
+from burstscope.collector.trace.schema import (
     GAUGE,
     SLOW_DIRECTORY,
     SLOW_PREFIX,
     SLOW_SCHEMA,
     TraceError,
 )
-from detectors.counters import CounterKind, CounterSpec
+from burstscope.detectors.counters import CounterKind, CounterSpec
 
 SLOW_COLUMNS = tuple(SLOW_SCHEMA.names)
 

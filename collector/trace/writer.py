@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from collector.trace.schema import (
+from burstscope.collector.trace.schema import (
     DIRECTORY_MODE,
     GAUGE,
     PIECE_MODE,
