@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from burstscope.detectors.bursts import Bursts, BurstStats, BurstTracker
 from burstscope.detectors.config import NS_PER_SECOND, Thresholds, nominal_interval_ns
-from burstscope.detectors.counters import RESETTING_64, counter_deltas
+from burstscope.detectors.counters import RESETTING_64, Deltas, counter_deltas
 from burstscope.detectors.distributions import UTILIZATION_BINS
 from burstscope.detectors.scales import (
     Distribution,
@@ -301,77 +301,22 @@ class DirectionAnalyzer:
         if n == 0:
             return _empty_chunk()
         carry = self._carry
-        t = self.thresholds
         first_start = int(end[0]) if carry.timestamp_ns is None else carry.timestamp_ns
         scratch = self._work_arrays.reserve(n)
         duration = np.empty(n, dtype=np.int64) if scratch is None else scratch.duration[:n]
         duration[0] = int(end[0]) - first_start
         np.subtract(end[1:], end[:-1], out=duration[1:])
-        shortest = int(duration.min())
-        if shortest < 0:
-            raise ValueError("timestamps go backwards")
         marks = None if rebaseline is None else np.asarray(rebaseline, dtype=np.bool_)
         rebaselines = 0 if marks is None else int(np.count_nonzero(marks))
-        delta = None
-        if (
-            carry.cumulative_bytes is not None
-            and rebaselines == 0
-            and shortest > 0
-            and int(duration.max()) <= t.max_gap_ns
-        ):
-            # The usual chunk: every interval a measurement but for counter resets.
-            raw = np.empty(n, dtype=np.uint64) if scratch is None else scratch.raw[:n]
-            before = np.array([carry.cumulative_bytes], dtype=np.uint64)
-            np.subtract(values[:1], before, out=raw[:1])  # arrays wrap without a warning
-            np.subtract(values[1:], values[:-1], out=raw[1:])
-            delta = raw.view(np.int64)
-        if delta is not None:
-            valid = np.ones(n, dtype=np.bool_)
-            gaps = 0
-            # A negative difference is a decrease (a reset) or an increase of 2**63 or more
-            # (no traffic any link carries: a bad reading). Either interval is unknown, as
-            # counter_deltas rules; only decreases count as resets.
-            negative = np.flatnonzero(delta < 0)
-            resets = invalid = 0
-            if negative.size:
-                previous = values[np.maximum(negative - 1, 0)]
-                if negative[0] == 0:
-                    previous[0] = before[0]
-                resets = int(np.count_nonzero(values[negative] < previous))
-                valid[negative] = False
-                delta[negative] = 0
-                invalid = int(negative.size)
-            # duration >= 1 here, so this is the general path's arithmetic exactly.
-            if scratch is None:
-                utilization = delta * self._scale / duration
-            else:  # the same two operations, the product in reused memory
-                scaled = np.multiply(delta, self._scale, out=scratch.scaled[:n])
-                utilization = np.divide(scaled, duration)
-            if invalid:
-                # where(valid, duration, 0), summed in place in reused memory when there is some
-                covered_after = np.multiply(
-                    duration, valid, out=None if scratch is None else scratch.covered[:n]
-                )
-                np.cumsum(covered_after, out=covered_after)
-                covered_after += carry.covered_ns
-            else:
-                covered_after = None
-        else:
-            deltas = counter_deltas(carry.cumulative_bytes, values, RESETTING_64, marks)
-            resets = deltas.resets
-            valid = deltas.valid & (duration > 0)
-            long = duration > t.max_gap_ns
-            gaps = int(np.count_nonzero(long))
-            if gaps:
-                valid &= ~long
-            every = bool(valid.all())
-            delta = deltas.delta if every else np.where(valid, deltas.delta, 0)
-            covered = duration if every else np.where(valid, duration, 0)
-            utilization = delta * self._scale / np.maximum(duration, 1)
-            covered_after = np.cumsum(covered)
-            covered_after += carry.covered_ns
-            invalid = n - int(np.count_nonzero(valid))
-
+        deltas = counter_deltas(
+            carry.cumulative_bytes,
+            values,
+            RESETTING_64,
+            marks if rebaselines else None,
+            None if scratch is None else scratch.raw,
+        )
+        intervals, utilization, gaps = self._intervals(first_start, end, duration, deltas, scratch)
+        invalid = 0 if intervals.all_valid else n - int(np.count_nonzero(intervals.valid))
         peak = float(utilization.max())
         clipped = 0
         if peak > 1.0:
@@ -382,27 +327,11 @@ class DirectionAnalyzer:
             utilization[above] = 1.0
             peak = 1.0
 
-        bytes_after = np.cumsum(delta, out=None if scratch is None else scratch.bytes_after[:n])
-        bytes_after += carry.bytes_total
-        intervals = Intervals(
-            first_start_ns=first_start,
-            end_ns=end,
-            delta=delta,
-            duration_ns=duration,
-            valid=valid,
-            all_valid=invalid == 0,
-            bytes_after=bytes_after,
-            covered_after=covered_after,
-            covered_start=carry.covered_ns,
-        )
-
         self._add_finest(utilization, invalid, peak, scratch)
         saturated = self._track_saturation(intervals, utilization)
-
         closed = self._bursts.feed(intervals, utilization)
         if self.keep_bursts and len(closed):
             self._kept_bursts.append(closed)
-
         windows: dict[str, Windows] = {}
         advanced = advance_scales(self._windows, intervals)
         for scale, closed_windows in zip(self._windows, advanced, strict=True):
@@ -414,22 +343,79 @@ class DirectionAnalyzer:
         counts = self._counts
         counts.samples += n
         counts.valid += n - invalid
-        counts.resets += resets
+        counts.resets += deltas.resets
         counts.gaps += gaps
         counts.clipped += clipped
         counts.rebaselines += rebaselines
+        self._carry_over(intervals, int(values[-1]))
+        return Chunk(end, utilization, intervals.valid, closed, windows, saturated)
+
+    def _intervals(
+        self,
+        first_start: int,
+        end: I64,
+        duration: I64,
+        deltas: Deltas,
+        scratch: WorkArrays | None,
+    ) -> tuple[Intervals, F64, int]:
+        """The chunk's intervals, each sample's utilization and the number of gaps."""
+        n = int(end.size)
+        valid, delta, gaps, divisor = deltas.valid, deltas.delta, 0, duration
+        shortest = int(duration.min())
+        if shortest < 0:
+            raise ValueError("timestamps go backwards")
+        if shortest == 0 or int(duration.max()) > self.thresholds.max_gap_ns:
+            # Whatever the counter says, two readings at one instant measure nothing, and
+            # neither does an interval longer than max_gap_ns (the sampler was stopped).
+            long = duration > self.thresholds.max_gap_ns
+            gaps = int(np.count_nonzero(long))
+            valid = valid & (duration > 0) & ~long
+            delta = np.where(valid, delta, 0)
+            divisor = np.maximum(duration, 1)
+        if scratch is None:
+            utilization = delta * self._scale / divisor
+        else:  # the same two operations, the product in reused memory
+            scaled = np.multiply(delta, self._scale, out=scratch.scaled[:n])
+            utilization = np.divide(scaled, divisor)
+        all_valid = int(np.count_nonzero(valid)) == n
+        covered_after = None
+        if not all_valid:
+            # where(valid, duration, 0), summed in place in reused memory when there is some
+            covered_after = np.multiply(
+                duration, valid, out=None if scratch is None else scratch.covered[:n]
+            )
+            np.cumsum(covered_after, out=covered_after)
+            covered_after += self._carry.covered_ns
+        bytes_after = np.cumsum(delta, out=None if scratch is None else scratch.bytes_after[:n])
+        bytes_after += self._carry.bytes_total
+        intervals = Intervals(
+            first_start_ns=first_start,
+            end_ns=end,
+            delta=delta,
+            duration_ns=duration,
+            valid=valid,
+            all_valid=all_valid,
+            bytes_after=bytes_after,
+            covered_after=covered_after,
+            covered_start=self._carry.covered_ns,
+        )
+        return intervals, utilization, gaps
+
+    def _carry_over(self, intervals: Intervals, last_value: int) -> None:
+        """The running sums and the last sample, for the next feed."""
+        carry = self._carry
+        end, bytes_after = intervals.end_ns, intervals.bytes_after
         if carry.first_ns is None:
             carry.first_ns = int(end[0])
         carry.timestamp_ns = int(end[-1])
-        carry.cumulative_bytes = int(values[-1])
+        carry.cumulative_bytes = last_value
         carry.busy_ns += float(bytes_after[-1] - carry.bytes_total) * self._scale
         carry.bytes_total = int(bytes_after[-1])
         carry.covered_ns = (
-            carry.covered_ns + int(end[-1]) - first_start
-            if covered_after is None
-            else int(covered_after[-1])
+            carry.covered_ns + int(end[-1]) - intervals.first_start_ns
+            if intervals.covered_after is None
+            else int(intervals.covered_after[-1])
         )
-        return Chunk(end, utilization, valid, closed, windows, saturated)
 
     def finish(self) -> Chunk:
         """Close the open burst and the open window of every scale; feeding ends here."""
