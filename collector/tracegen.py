@@ -12,9 +12,9 @@ from burstscope.collector.discovery import DATA_COUNTER_OCTETS
 from burstscope.collector.simulation.congestion import SATURATED
 from burstscope.collector.simulation.model import TrafficModel
 from burstscope.collector.simulation.profiles import SECOND
-from burstscope.collector.simulation.workload import Int64Array
 from burstscope.collector.sources.sim import sim_slow_readings
 from burstscope.collector.trace import PortColumns, SlowRow, TraceWriter
+from burstscope.detectors.arrays import I64
 
 # 2024-01-01T00:00:00Z, a multiple of 15 s, so the 15-s windows of a simulated trace line
 # up with the model's time and two runs of the same seed are byte-identical.
@@ -56,8 +56,8 @@ class NodeTiming:
 class SampleTimes:
     """When each port of each tick was read: model-time midpoints and read durations."""
 
-    midpoint_ns: Int64Array  # (ports, ticks)
-    read_ns: Int64Array  # (ports, ticks)
+    midpoint_ns: I64  # (ports, ticks)
+    read_ns: I64  # (ports, ticks)
 
 
 def sample_times(chunk: int, ticks: int, interval_ns: int, ports: int, seed: int) -> SampleTimes:
@@ -87,11 +87,9 @@ class _SlowPolls:
         self.start_wall_ns = start_wall_ns
         self.rates = np.array([p.bytes_per_ns for p in self.ports], dtype=np.float64)[:, None]
         self.saturated_ms = np.zeros((2, len(self.ports)), dtype=np.float64)
-        self.previous: tuple[Int64Array, ...] | None = None  # last (time, xmit, rcv) column
+        self.previous: tuple[I64, ...] | None = None  # last (time, xmit, rcv) column
 
-    def rows(
-        self, first: int, midpoint_ns: Int64Array, counters: tuple[Int64Array, Int64Array]
-    ) -> list[SlowRow]:
+    def rows(self, first: int, midpoint_ns: I64, counters: tuple[I64, I64]) -> list[SlowRow]:
         stamps = midpoint_ns
         # The chunk's first tick measures from the last tick of the one before; the very
         # first tick of the trace has no interval into it (zero duration: not saturated).

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from burstscope.detectors.arrays import F64, I64, B
 from burstscope.detectors.bursts import Bursts, BurstStats, BurstTracker
 from burstscope.detectors.config import NS_PER_SECOND, Thresholds, nominal_interval_ns
 from burstscope.detectors.counters import RESETTING_64, Deltas, counter_deltas
@@ -20,10 +21,6 @@ from burstscope.detectors.scales import (
     WindowScale,
     advance_scales,
 )
-
-I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
-B = npt.NDArray[np.bool_]
 
 # Per-sample work arrays of up to this many samples are kept and reused by an analyzer:
 # a fresh array above glibc's mmap threshold (128 KiB) is fresh pages, and faulting them

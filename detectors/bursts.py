@@ -5,14 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
+from burstscope.detectors.arrays import F64, I64
 from burstscope.detectors.distributions import DURATION_BINS, duration_bins, duration_quantile
 from burstscope.detectors.scales import Intervals
-
-I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
-B = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
+from burstscope.detectors.arrays import I64
 from burstscope.detectors.packets import BIN_NS, FrameColumns, PacketColumns
 
-I64 = npt.NDArray[np.int64]
 TYPE_RANK = {"EP": 0, "PP": 0, "DP": 1}  # Hermod: EP and PP before DP
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from burstscope.detectors.arrays import I64, U64, B
+
 
 class CounterKind(enum.Enum):
     """How a counter behaves at the end of its range."""
@@ -50,10 +52,10 @@ _INT64_MAX_AS_UINT64 = np.uint64(_INT64_MAX)
 class Deltas:
     """Increments for the intervals ending at each reading."""
 
-    delta: npt.NDArray[np.int64]  # increment; 0 where not valid
-    valid: npt.NDArray[np.bool_]  # the increment is known
-    reset: npt.NDArray[np.bool_]  # the counter went backwards: re-baselined here
-    saturated: npt.NDArray[np.bool_]  # the reading is at all-ones (a lower bound only)
+    delta: I64  # increment; 0 where not valid
+    valid: B  # the increment is known
+    reset: B  # the counter went backwards: re-baselined here
+    saturated: B  # the reading is at all-ones (a lower bound only)
 
     @property
     def resets(self) -> int:
@@ -65,7 +67,7 @@ def counter_deltas(
     values: npt.ArrayLike,
     spec: CounterSpec = RESETTING_64,
     rebaseline: npt.ArrayLike | None = None,
-    out: npt.NDArray[np.uint64] | None = None,
+    out: U64 | None = None,
 ) -> Deltas:
     """Increments for each reading in ``values`` relative to the one before it.
 
@@ -97,7 +99,7 @@ def counter_deltas(
     return _modular_deltas(previous, current, raw, spec, valid)
 
 
-def _below_2_63(previous: int | None, current: npt.NDArray[np.uint64]) -> bool:
+def _below_2_63(previous: int | None, current: U64) -> bool:
     """Every reading below 2**63: differences of them are exact in int64."""
     if previous is not None and previous > _INT64_MAX:
         return False
@@ -107,10 +109,10 @@ def _below_2_63(previous: int | None, current: npt.NDArray[np.uint64]) -> bool:
 
 def _exact_deltas(
     previous: int | None,
-    current: npt.NDArray[np.uint64],
-    delta: npt.NDArray[np.int64],
+    current: U64,
+    delta: I64,
     spec: CounterSpec,
-    valid: npt.NDArray[np.bool_],
+    valid: B,
     every: bool,
 ) -> Deltas:
     """The rules of ``_modular_deltas`` for readings below 2**63, where an increment is
@@ -147,10 +149,10 @@ def _exact_deltas(
 
 def _modular_deltas(
     previous: int | None,
-    current: npt.NDArray[np.uint64],
-    raw: npt.NDArray[np.uint64],
+    current: U64,
+    raw: U64,
     spec: CounterSpec,
-    valid: npt.NDArray[np.bool_],
+    valid: B,
 ) -> Deltas:
     """Every rule, for readings of any size: increments are taken modulo 2**64."""
     n = current.shape[0]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
+
+from burstscope.detectors.arrays import F64, I64
 
 # 0.001-wide bins over [0, 1]: a quantile is reported as the upper edge of its bin, so it
 # is exact to 0.1% of line rate, mergeable across chunks, ports and nodes, and the same
@@ -17,7 +18,7 @@ DURATION_DECADES = 14
 DURATION_BINS = DURATION_BINS_PER_DECADE * DURATION_DECADES + 1
 
 
-def utilization_bins(utilization: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+def utilization_bins(utilization: F64) -> I64:
     """Counts per 0.001-wide bin of utilizations already clipped to [0, 1]."""
     index = (utilization * UTILIZATION_BINS).astype(np.intp)
     counts = np.bincount(index, minlength=UTILIZATION_BINS + 1).astype(np.int64, copy=False)
@@ -27,13 +28,13 @@ def utilization_bins(utilization: npt.NDArray[np.float64]) -> npt.NDArray[np.int
     return counts[:UTILIZATION_BINS]
 
 
-def utilization_quantile(counts: npt.NDArray[np.int64] | tuple[int, ...], q: float) -> float | None:
+def utilization_quantile(counts: I64 | tuple[int, ...], q: float) -> float | None:
     """Upper edge of the bin holding quantile ``q`` (None with no samples)."""
     index = _quantile_bin(counts, q)
     return None if index is None else (index + 1) / UTILIZATION_BINS
 
 
-def _quantile_bin(counts: npt.NDArray[np.int64] | tuple[int, ...], q: float) -> int | None:
+def _quantile_bin(counts: I64 | tuple[int, ...], q: float) -> int | None:
     """The bin holding quantile ``q`` of these counts (None when they are all zero)."""
     cumulative = np.cumsum(np.asarray(counts, dtype=np.int64))
     total = int(cumulative[-1]) if cumulative.size else 0
@@ -43,7 +44,7 @@ def _quantile_bin(counts: npt.NDArray[np.int64] | tuple[int, ...], q: float) -> 
     return int(np.searchsorted(cumulative, rank, side="left"))
 
 
-def duration_bins(durations_ns: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+def duration_bins(durations_ns: I64) -> I64:
     """Counts per log-spaced bin; bin k holds (10**((k-1)/100), 10**(k/100)] ns."""
     if durations_ns.size == 0:
         return np.zeros(DURATION_BINS, dtype=np.int64)
@@ -58,9 +59,7 @@ def duration_bins(durations_ns: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return np.bincount(index, minlength=DURATION_BINS).astype(np.int64, copy=False)
 
 
-def duration_quantile(
-    counts: npt.NDArray[np.int64] | tuple[int, ...], q: float, maximum_ns: int
-) -> float | None:
+def duration_quantile(counts: I64 | tuple[int, ...], q: float, maximum_ns: int) -> float | None:
     """Quantile in seconds: the upper edge of its bin, never above the exact maximum."""
     index = _quantile_bin(counts, q)
     if index is None:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
+from burstscope.detectors.arrays import I64, B
+
 NS_PER_MILLISECOND = 1_000_000
 TOP_PAIRS = 10
 
@@ -72,9 +72,7 @@ class MillisecondRuns:
         return MillisecondRuns(edges[:-1][begin], edges[1:][end])
 
 
-def saturated_milliseconds(
-    end_ns: I64, saturated: npt.NDArray[np.bool_] | npt.NDArray[np.intp]
-) -> I64:
+def saturated_milliseconds(end_ns: I64, saturated: B | npt.NDArray[np.intp]) -> I64:
     """The millisecond each saturated sample ends in (sorted input gives sorted output);
     ``saturated`` selects the samples, as a mask or as sorted indices."""
     return (end_ns[saturated] - 1) // NS_PER_MILLISECOND

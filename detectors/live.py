@@ -13,9 +13,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
 from burstscope.detectors.analyzer import Chunk
+from burstscope.detectors.arrays import F64, I64
 
 # Dense near 1, so "what share of milliseconds were >= 90%" is a bucket ratio that sums
 # across ports and nodes (1 - le=0.9 / +Inf).
@@ -31,9 +31,7 @@ HISTORY_NS = 60_000_000_000
 _MEAN_SCALE = "1"  # trailing means come from closed 1-second windows
 
 
-def cumulative_counts(
-    values: npt.NDArray[np.float64], bounds: tuple[float, ...]
-) -> npt.NDArray[np.int64]:
+def cumulative_counts(values: F64, bounds: tuple[float, ...]) -> I64:
     """Per "le" bound (plus +Inf last): how many values are <= it, Prometheus style."""
     index = np.searchsorted(np.asarray(bounds), values, side="left")
     counts = np.bincount(index, minlength=len(bounds) + 1)
@@ -46,13 +44,13 @@ class LiveDirection:
 
     samples: int = 0
     utilization_sum: float = 0.0
-    utilization_buckets: npt.NDArray[np.int64] = field(
+    utilization_buckets: I64 = field(
         default_factory=lambda: np.zeros(len(UTILIZATION_BUCKETS) + 1, dtype=np.int64)
     )
     bursts: int = 0
     burst_bytes: int = 0
     burst_seconds_sum: float = 0.0
-    burst_duration_buckets: npt.NDArray[np.int64] = field(
+    burst_duration_buckets: I64 = field(
         default_factory=lambda: np.zeros(len(BURST_DURATION_BUCKETS_SECONDS) + 1, dtype=np.int64)
     )
     first_ns: int | None = None  # the first sample: trailing windows are partial before
@@ -126,9 +124,7 @@ class LiveDirection:
                 self.seconds.append((end, value, covered))
         self._expire()
 
-    def _add_slots(
-        self, timestamps: npt.NDArray[np.int64], utilization: npt.NDArray[np.float64]
-    ) -> None:
+    def _add_slots(self, timestamps: I64, utilization: F64) -> None:
         slot = timestamps // SLOT_NS
         starts = np.flatnonzero(np.diff(slot, prepend=slot[0] - 1))
         maxima = np.maximum.reduceat(utilization, starts)

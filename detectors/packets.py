@@ -13,9 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-I64 = npt.NDArray[np.int64]
-U8 = npt.NDArray[np.uint8]
-B = npt.NDArray[np.bool_]
+from burstscope.detectors.arrays import I64, U8, B
 
 BIN_NS = 1_000_000
 ECN_CE = 3

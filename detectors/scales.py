@@ -5,18 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
+from burstscope.detectors.arrays import F64, I64, B
 from burstscope.detectors.config import scale_key
 from burstscope.detectors.distributions import (
     UTILIZATION_BINS,
     utilization_bins,
     utilization_quantile,
 )
-
-I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
-B = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True)

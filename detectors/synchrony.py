@@ -6,9 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
-I64 = npt.NDArray[np.int64]
+from burstscope.detectors.arrays import I64
 
 
 @dataclass(frozen=True, slots=True)

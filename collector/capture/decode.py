@@ -11,14 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from burstscope.collector.capture.pcap import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, Records
+from burstscope.detectors.arrays import I64, U8, B
 from burstscope.detectors.packets import OPCODE_NAMES
-
-I64 = npt.NDArray[np.int64]
-U8 = npt.NDArray[np.uint8]
-Mask = npt.NDArray[np.bool_]  # one flag per packet
 
 ROCE_PORT = 4791  # IANA, RoCEv2 (IBTA Annex A17)
 BTH_BYTES = 12
@@ -59,8 +55,8 @@ class Decoded:
     ecn: U8  # 3 = CE
     destination: U8  # (n, 16): IPv6, or IPv4 mapped (::ffff:a.b.c.d)
     opcode: U8
-    fecn: Mask
-    becn: Mask
+    fecn: B
+    becn: B
     dqpn: I64
     psn: I64
     skipped: dict[str, int]
@@ -94,7 +90,7 @@ def decode(records: Records) -> Decoded:
     reason = np.zeros(n, dtype=np.int8)  # 0: still a candidate; else 1 + SKIP_REASONS index
     codes = {name: i + 1 for i, name in enumerate(SKIP_REASONS)}
 
-    def skip(condition: Mask, name: str) -> None:
+    def skip(condition: B, name: str) -> None:
         reason[(reason == 0) & condition] = codes[name]
 
     def need(header_end: I64) -> None:
@@ -177,7 +173,7 @@ def decode(records: Records) -> Decoded:
     )
 
 
-def _destinations(data: U8, l3: I64, ipv6: Mask) -> U8:
+def _destinations(data: U8, l3: I64, ipv6: B) -> U8:
     """16-byte destination addresses; IPv4 as ::ffff:a.b.c.d so one key serves both."""
     out = np.zeros((l3.size, 16), dtype=np.uint8)
     if l3.size == 0:

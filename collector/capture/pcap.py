@@ -14,10 +14,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-import numpy.typing as npt
 
-I64 = npt.NDArray[np.int64]
-U8 = npt.NDArray[np.uint8]
+from burstscope.detectors.arrays import I64, U8
 
 # Magic numbers as read little-endian (tcpdump's pcap-savefile(5)).
 _MAGIC = {

@@ -27,14 +27,12 @@ from burstscope.collector.simulation.profiles import (
 )
 from burstscope.collector.simulation.workload import (
     CHANNELS,
-    Int64Array,
     IterationPlan,
     WireItems,
     empty_items,
     plan_iteration,
 )
-
-FloatArray = npt.NDArray[np.float64]
+from burstscope.detectors.arrays import F64, I64
 
 # A burst is a maximal run of on-wire time above this fraction of line rate (Zhang et al.,
 # IMC 2017).
@@ -48,11 +46,11 @@ _INITIAL_STREAM = 0x5EED
 class Schedule:
     """Ground truth: the bursts the model put on the wire, one entry per burst, by start time."""
 
-    port: npt.NDArray[np.int64]  # index into TrafficModel.ports
-    direction: npt.NDArray[np.int64]  # 0 transmit, 1 receive
-    start_ns: Int64Array
-    end_ns: Int64Array
-    bytes: Int64Array
+    port: I64  # index into TrafficModel.ports
+    direction: I64  # 0 transmit, 1 receive
+    start_ns: I64
+    end_ns: I64
+    bytes: I64
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -84,9 +82,9 @@ class Block:
     index: int
     start_ns: int
     end_ns: int
-    segment_start: list[Int64Array]  # per channel
-    segment_rate: list[FloatArray]  # bytes per ns
-    segment_base: list[Int64Array]  # cumulative bytes at the segment's start
+    segment_start: list[I64]  # per channel
+    segment_rate: list[F64]  # bytes per ns
+    segment_base: list[I64]  # cumulative bytes at the segment's start
     bursts: Schedule
     _lists: dict[int, tuple[list[int], list[float], list[int]]] = field(default_factory=dict)
 
@@ -127,9 +125,7 @@ class TrafficModel:
         self._job: JobShape | None = None
         self._job_end = 0
         self._next_checkpoint = 0
-        self._concatenated: tuple[list[Int64Array], list[FloatArray], list[Int64Array]] | None = (
-            None
-        )
+        self._concatenated: tuple[list[I64], list[F64], list[I64]] | None = None
 
     # -- generation -----------------------------------------------------------------
 
@@ -192,10 +188,10 @@ class TrafficModel:
     def _append(self, generated: tuple[int, IterationPlan | None]) -> None:
         end, plan = generated
         start = self._next_start
-        starts: list[Int64Array] = []
-        rates: list[FloatArray] = []
-        bases: list[Int64Array] = []
-        burst_parts: list[tuple[int, Int64Array, Int64Array, Int64Array]] = []
+        starts: list[I64] = []
+        rates: list[F64] = []
+        bases: list[I64] = []
+        burst_parts: list[tuple[int, I64, I64, I64]] = []
         for channel in range(CHANNELS):
             items = plan.channels[channel] if plan is not None else empty_items()
             trickle = self._trickle[channel]
@@ -219,9 +215,7 @@ class TrafficModel:
         self._next_start = end
         self._concatenated = None
 
-    def _merge(
-        self, items: WireItems, item_bytes: Int64Array, channel: int
-    ) -> tuple[Int64Array, Int64Array, Int64Array]:
+    def _merge(self, items: WireItems, item_bytes: I64, channel: int) -> tuple[I64, I64, I64]:
         # Messages queued back to back are one burst on the wire.
         first = np.concatenate(([True], items.start_ns[1:] != items.end_ns[:-1]))
         last = np.concatenate((first[1:], [True]))
@@ -233,7 +227,7 @@ class TrafficModel:
 
     # -- evaluation -----------------------------------------------------------------
 
-    def _segments(self) -> tuple[list[Int64Array], list[FloatArray], list[Int64Array]]:
+    def _segments(self) -> tuple[list[I64], list[F64], list[I64]]:
         if self._concatenated is None:
             blocks = self._blocks
             self._concatenated = (
@@ -243,7 +237,7 @@ class TrafficModel:
             )
         return self._concatenated
 
-    def counters_at(self, times_ns: npt.ArrayLike) -> tuple[Int64Array, Int64Array]:
+    def counters_at(self, times_ns: npt.ArrayLike) -> tuple[I64, I64]:
         """Cumulative (transmit, receive) bytes of every port at model times ``times_ns``.
 
         ``times_ns`` is one grid for all ports, shape (n,), or one per port, shape
@@ -287,7 +281,7 @@ class TrafficModel:
         )
 
 
-def _schedule(parts: list[tuple[int, Int64Array, Int64Array, Int64Array]]) -> Schedule:
+def _schedule(parts: list[tuple[int, I64, I64, I64]]) -> Schedule:
     if not parts:
         return _concat_schedules([])
     channel = np.concatenate([np.full(len(s), c, dtype=np.int64) for c, s, _, _ in parts])
@@ -301,7 +295,7 @@ def _schedule(parts: list[tuple[int, Int64Array, Int64Array, Int64Array]]) -> Sc
 
 
 def _concat_schedules(parts: list[Schedule]) -> Schedule:
-    def join(arrays: list[Int64Array]) -> Int64Array:
+    def join(arrays: list[I64]) -> I64:
         return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int64)
 
     return Schedule(

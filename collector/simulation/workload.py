@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from burstscope.collector.simulation.profiles import (
     MIN_BURST_NS,
@@ -15,9 +14,7 @@ from burstscope.collector.simulation.profiles import (
     TRAINING_PORTS,
     JobShape,
 )
-
-Int64Array = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
+from burstscope.detectors.arrays import F64, I64
 
 XMIT = 0
 RCV = 1
@@ -36,9 +33,9 @@ _RECEIVE_LAG_NS = (2_000, 20_000)
 class WireItems:
     """What one channel put on the wire: [start, end) at a constant rate in bytes/ns."""
 
-    start_ns: Int64Array
-    end_ns: Int64Array
-    bytes_per_ns: FloatArray
+    start_ns: I64
+    end_ns: I64
+    bytes_per_ns: F64
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +129,7 @@ def _chain_for(shape: JobShape) -> _Chain:
     return chain
 
 
-def fifo(arrival: Int64Array, duration: Int64Array) -> tuple[Int64Array, Int64Array]:
+def fifo(arrival: I64, duration: I64) -> tuple[I64, I64]:
     """Start and end of each message on a FIFO wire, one wire per row (Lindley's recursion).
 
     end[i] = max(arrival[i], end[i-1]) + duration[i] = D[i] + max_{j<=i}(arrival[j] - D[j-1])
@@ -156,15 +153,13 @@ def fifo(arrival: Int64Array, duration: Int64Array) -> tuple[Int64Array, Int64Ar
         arrival[rows, first + 1] = end[rows, first] + MIN_GAP_NS
 
 
-def _rates(
-    low: FloatArray, high: FloatArray, shape: tuple[int, ...], rng: np.random.Generator
-) -> FloatArray:
+def _rates(low: F64, high: F64, shape: tuple[int, ...], rng: np.random.Generator) -> F64:
     # Demand above line rate is capped: the NIC sends at line rate and the message lasts longer.
-    demand: FloatArray = low + (high - low) * rng.random(shape)
+    demand: F64 = low + (high - low) * rng.random(shape)
     return np.minimum(demand, 1.0)
 
 
-def _durations(size: FloatArray, rate: FloatArray) -> Int64Array:
+def _durations(size: F64, rate: F64) -> I64:
     duration = np.ceil(size / rate).astype(np.int64)
     return np.maximum(duration, MIN_BURST_NS)
 
