@@ -7,6 +7,7 @@ field (timestamps and durations differ by nature; their relation is checked inst
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from burstscope.collector.sources.base import (
     PortSpec,
     SampleRow,
     SlowSource,
+    bad_errno_status,
     bad_status,
     usable,
 )
@@ -275,3 +277,48 @@ def test_ports_with_extra_files_take_the_python_path(tmp_path: Path) -> None:
     assert rows.status.tolist() == [[STATUS_REBASELINE], [STATUS_OK]]
     assert rows.xmit_bytes[:, 0].tolist() == [15, 15]
     assert rows.rcv_bytes[:, 0].tolist() == [8, 8]
+
+
+@pytest.mark.parametrize(
+    ("xmit", "rcv", "counter", "reason"),
+    [
+        ("-1\n", "7\n", 0, "negative"),
+        ("10\n", f"{2**62}\n", 1, "out_of_range"),  # x4 is past 64 bits of bytes
+        ("N/A (no PMA)\n", "7\n", 0, "not_a_number"),
+        ("10\n", "text\n", 1, "not_a_number"),
+    ],
+)
+def test_the_fast_loop_and_the_special_path_refuse_a_reading_alike(
+    tmp_path: Path, xmit: str, rcv: str, counter: int, reason: str
+) -> None:
+    """A plain port (read_into's loop) and one with a minimum read interval
+    (_read_special) apply the same fault rules: the status names the file and why."""
+    (tmp_path / "x").write_text(xmit)
+    (tmp_path / "r").write_text(rcv)
+    plain = CounterFiles(str(tmp_path / "x"), str(tmp_path / "r"), 4)
+    special = CounterFiles(plain.xmit_path, plain.rcv_path, 4, min_read_interval_ns=1)
+    reader = PairedFileReader((plain, special))
+    row = SampleRow.for_ports(2)
+    reader.open()
+    try:
+        reader.read_into(row)
+    finally:
+        reader.close()
+    expected = bad_status(counter, BAD_REASONS.index(reason))
+    assert row.status == [expected, expected]
+
+
+def test_a_failed_read_names_its_errno_on_both_python_paths(tmp_path: Path) -> None:
+    (tmp_path / "r").write_text("7\n")
+    (tmp_path / "x").mkdir()  # opens, but pread fails with EISDIR
+    plain = CounterFiles(str(tmp_path / "x"), str(tmp_path / "r"), 4)
+    special = CounterFiles(plain.xmit_path, plain.rcv_path, 4, extra_rcv=(plain.rcv_path,))
+    reader = PairedFileReader((plain, special))
+    row = SampleRow.for_ports(2)
+    reader.open()
+    try:
+        reader.read_into(row)
+    finally:
+        reader.close()
+    expected = bad_errno_status(0, errno.EISDIR)
+    assert row.status == [expected, expected]

@@ -65,9 +65,19 @@ _NOT_A_NUMBER, _NEGATIVE, _TOO_LARGE = (
 
 
 class _OutOfRange(ValueError):
-    def __init__(self, reason: int) -> None:
+    """A reading no counter can hold: ``counter`` 0 is the transmit file, 1 the receive."""
+
+    def __init__(self, counter: int, reason: int) -> None:
         super().__init__(BAD_REASONS[reason])
+        self.counter = counter
         self.reason = reason
+
+
+def _out_of_range(x: int, r: int, limit: int) -> _OutOfRange:
+    """Which of a pair outside 0..limit is refused, and why (the transmit file first)."""
+    counter = 0 if not 0 <= x <= limit else 1
+    value = x if counter == 0 else r
+    return _OutOfRange(counter, _NEGATIVE if value < 0 else _TOO_LARGE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,24 +204,9 @@ class PairedFileReader:
                 r = int(pread(rcv_fds[index], _READ_BYTES, 0))
                 limit = limits[index]
                 if not (0 <= x <= limit and 0 <= r <= limit):
-                    counter = 0 if not 0 <= x <= limit else 1
-                    value = x if counter == 0 else r
-                    raise _OutOfRange(_NEGATIVE if value < 0 else _TOO_LARGE)
+                    raise _out_of_range(x, r, limit)
             except (OSError, ValueError) as exc:
-                # int() accepts b"123\n"; b"N/A (no PMA)" raises ValueError. A value no
-                # counter can hold (-1, 38 digits, >= 2**62 words) is refused here, so the
-                # ring's packed uint64 columns never see it.
-                after = clock()
-                self._close(index)
-                self._fail(index)
-                timestamps[index] = after
-                durations[index] = after - before
-                if isinstance(exc, _OutOfRange):
-                    status[index] = bad_status(counter, exc.reason)
-                elif isinstance(exc, OSError):
-                    status[index] = bad_errno_status(counter, exc.errno or 0)
-                else:
-                    status[index] = bad_status(counter, _NOT_A_NUMBER)
+                self._read_failed(index, row, before, counter, exc)
                 continue
             after = clock()
             timestamps[index] = (before + after) >> 1
@@ -227,6 +222,26 @@ class PairedFileReader:
                 status[index] = next_status[index]
                 next_status[index] = STATUS_OK
                 self._backoff[index] = _FIRST_RETRY_NS
+
+    def _read_failed(
+        self, index: int, row: SampleRow, before: int, counter: int, exc: OSError | ValueError
+    ) -> None:
+        """One bad read costs this port's tick: it is closed, retried with backoff, and the
+        row says which file failed and why (``counter`` 0 transmit, 1 receive)."""
+        after = time.monotonic_ns()
+        self._close(index)
+        self._fail(index)
+        row.timestamp_ns[index] = after
+        row.read_ns[index] = after - before
+        # int() accepts b"123\n"; b"N/A (no PMA)" raises ValueError. A value no counter can
+        # hold (-1, 38 digits, >= 2**62 words) is refused before it reaches the row, so the
+        # ring's packed uint64 columns never see it.
+        if isinstance(exc, _OutOfRange):
+            row.status[index] = bad_status(exc.counter, exc.reason)
+        elif isinstance(exc, OSError):
+            row.status[index] = bad_errno_status(counter, exc.errno or 0)
+        else:
+            row.status[index] = bad_status(counter, _NOT_A_NUMBER)
 
     def _read_special(self, index: int, row: SampleRow) -> None:
         """A port with summed files or a cache lifetime: the same steps, off the fast loop."""
@@ -252,22 +267,9 @@ class PairedFileReader:
             r = int(os.pread(self._rcv_fd[index], _READ_BYTES, 0))
             r += sum(int(os.pread(fd, _READ_BYTES, 0)) for fd in fds[extra:])
             if not (0 <= x <= limit and 0 <= r <= limit):
-                counter = 0 if not 0 <= x <= limit else 1
-                value = x if counter == 0 else r
-                raise _OutOfRange(_NEGATIVE if value < 0 else _TOO_LARGE)
+                raise _out_of_range(x, r, limit)
         except (OSError, ValueError) as exc:
-            # As on the fast path: one bad value costs this port's tick, counted by reason.
-            after = time.monotonic_ns()
-            self._close(index)
-            self._fail(index)
-            row.timestamp_ns[index] = after
-            row.read_ns[index] = after - before
-            if isinstance(exc, _OutOfRange):
-                row.status[index] = bad_status(counter, exc.reason)
-            elif isinstance(exc, OSError):
-                row.status[index] = bad_errno_status(counter, exc.errno or 0)
-            else:
-                row.status[index] = bad_status(counter, _NOT_A_NUMBER)
+            self._read_failed(index, row, before, counter, exc)
             return
         after = time.monotonic_ns()
         self._next_read[index] = before + files.min_read_interval_ns
