@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 from burstscope.collector.mqtt.messages import (
-    LinkEvent,
-    LinkEventDeriver,
-    PortReading,
+    Identity,
+    link_event_payload,
     port_topic,
     status_topic,
 )
@@ -29,6 +28,7 @@ from burstscope.collector.mqtt.settings import (
     parse_broker_url,
 )
 from burstscope.collector.mqtt.spool import MemorySpool, Message, SqliteSpool
+from burstscope.detectors.link_events import LinkEventDeriver, PortReading
 from burstscope.fleet_events import FleetView, SequenceTracker, Verdict
 from tests.test_cli_core import assert_usage_error, burstscope
 
@@ -234,9 +234,16 @@ def test_link_events_from_successive_readings() -> None:
             ],
         ),
     ]  # fmt: skip
+    identity = Identity("node1", 7, "1.0", 0.0, (key,), 0.5)
     for second, (values, expected) in enumerate(steps):
         events = deriver.update({key: reading(**values)}, second * S)
-        assert events == [LinkEvent("mlx5_0", 1, kind, second * S, d) for kind, d in expected]
+        payloads = [link_event_payload(identity, event) for event in events]
+        assert payloads == [
+            {"kind": kind, "host": "node1", "device": "mlx5_0", "port": 1, "time_ns": second * S}
+            | details
+            | {"run": 7}
+            for kind, details in expected
+        ]
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])

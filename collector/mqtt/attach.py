@@ -23,8 +23,8 @@ from prometheus_client.metrics_core import Metric
 
 from burstscope.collector.mqtt.messages import (
     Identity,
-    LinkEventDeriver,
     burst_payload,
+    link_event_payload,
     node_topic,
     port_topic,
     readings_from_snapshot,
@@ -40,6 +40,7 @@ from burstscope.collector.mqtt.policy import (
 )
 from burstscope.collector.mqtt.settings import MqttSettings, MqttSettingsError
 from burstscope.collector.mqtt.spool import open_spool
+from burstscope.detectors.link_events import LinkEventDeriver
 
 if TYPE_CHECKING:
     from burstscope.collector.exporter import BurstscopeCollector
@@ -389,7 +390,7 @@ class MqttHandle:
                     [
                         (
                             port_topic(self.identity.host, e.device, e.port, "event"),
-                            e.payload(self.identity),
+                            link_event_payload(self.identity, e),
                         )
                         for e in events
                     ]

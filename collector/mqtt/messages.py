@@ -1,4 +1,4 @@
-"""What goes on the bus: topics, JSON payloads, and link events derived from pipeline snapshots.
+"""What goes on the bus: topics, JSON payloads, and the port readings link events come from.
 
 Topics (``<host>`` is the node name, each level stripped of MQTT wildcards and slashes)::
 
@@ -18,11 +18,22 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from typing import Any
 
 from burstscope.collector.mqtt.policy import BurstRecord, BurstSummary
 from burstscope.detectors.congestion import is_congestion
+from burstscope.detectors.link_events import (
+    Change,
+    Congestion,
+    LinkDowned,
+    LinkEvent,
+    PortReading,
+    RateChange,
+    SaturationEnded,
+    SaturationStarted,
+    StateChange,
+)
 
 PREFIX = "burstscope"
 _TOPIC_UNSAFE = re.compile(r"[/+#\x00]")
@@ -132,35 +143,35 @@ def summary_payload(
     }
 
 
-@dataclass(frozen=True, slots=True)
-class PortReading:
-    """One port at one poll, from a pipeline snapshot."""
+# The bus names of the detectors' link changes.
+_KINDS: dict[type[Change], str] = {
+    StateChange: "state_change",
+    LinkDowned: "link_downed",
+    RateChange: "rate_change",
+    SaturationStarted: "saturation_started",
+    SaturationEnded: "saturation_ended",
+    Congestion: "congestion",
+}
 
-    state: int | None = None  # state id
-    rate_bytes_per_second: int | None = None
-    link_downed: int | None = None  # increments since the agent started
-    congestion: Mapping[str, int] = field(default_factory=dict)  # name -> increments so far
-    saturated_seconds: Mapping[str, float] = field(default_factory=dict)  # by direction
 
-
-@dataclass(frozen=True, slots=True)
-class LinkEvent:
-    device: str
-    port: int
-    kind: str  # state_change, link_downed, rate_change, saturation_started/ended, congestion
-    time_ns: int
-    details: Mapping[str, Any]
-
-    def payload(self, identity: Identity) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "host": identity.host,
-            "device": self.device,
-            "port": self.port,
-            "time_ns": self.time_ns,
-            **self.details,
-            "run": identity.run,
+def link_event_payload(identity: Identity, event: LinkEvent) -> dict[str, Any]:
+    """A detected link change as the event topic carries it; port states by name."""
+    change = event.change
+    details: dict[str, Any] = {f.name: getattr(change, f.name) for f in fields(change)}
+    if isinstance(change, StateChange):
+        details = {
+            "previous_state": STATE_NAMES.get(change.previous_state, str(change.previous_state)),
+            "state": STATE_NAMES.get(change.state, str(change.state)),
         }
+    return {
+        "kind": _KINDS[type(change)],
+        "host": identity.host,
+        "device": event.device,
+        "port": event.port,
+        "time_ns": event.time_ns,
+        **details,
+        "run": identity.run,
+    }
 
 
 def readings_from_snapshot(snapshot: Any) -> dict[tuple[str, int], PortReading]:
@@ -192,91 +203,3 @@ def readings_from_snapshot(snapshot: Any) -> dict[tuple[str, int], PortReading]:
         key: PortReading(saturated_seconds=saturated.get(key, {}), **values)
         for key, values in slow.items()
     }
-
-
-@dataclass(slots=True)
-class _Episode:
-    start_ns: int
-    saturated_seconds: float = 0.0
-
-
-@dataclass
-class LinkEventDeriver:
-    """Compares successive readings (about once a second) and names what changed.
-
-    - state_change / rate_change: the gauge differs from the previous poll;
-    - link_downed: counters/link_downed went up;
-    - saturation_started / saturation_ended: a direction's saturated time starts or stops
-      growing between polls (one event each per episode, not one per second);
-    - congestion: CNP, ECN, xmit_wait or PFC pause counters went up in an interval that
-      had saturated time: the fabric pushed back while this port was at line rate.
-    The first reading of a port is the baseline and produces nothing.
-    """
-
-    previous: dict[tuple[str, int], PortReading] = field(default_factory=dict)
-    episodes: dict[tuple[str, int, str], _Episode] = field(default_factory=dict)
-
-    def update(
-        self, readings: Mapping[tuple[str, int], PortReading], now_ns: int
-    ) -> list[LinkEvent]:
-        events: list[LinkEvent] = []
-        for key, current in sorted(readings.items()):
-            before = self.previous.get(key)
-            if before is not None:
-                events.extend(self._compare(key, before, current, now_ns))
-        self.previous = dict(readings)
-        return events
-
-    def _compare(
-        self, key: tuple[str, int], before: PortReading, now: PortReading, now_ns: int
-    ) -> list[LinkEvent]:
-        device, port = key
-        events: list[LinkEvent] = []
-
-        def emit(kind: str, **details: Any) -> None:
-            events.append(LinkEvent(device, port, kind, now_ns, details))
-
-        if before.state is not None and now.state is not None and before.state != now.state:
-            emit(
-                "state_change",
-                previous_state=STATE_NAMES.get(before.state, str(before.state)),
-                state=STATE_NAMES.get(now.state, str(now.state)),
-            )
-        downed_before, downed_now = before.link_downed, now.link_downed
-        if downed_before is not None and downed_now is not None and downed_now > downed_before:
-            emit("link_downed", increment=downed_now - downed_before)
-        old_rate, new_rate = before.rate_bytes_per_second, now.rate_bytes_per_second
-        if old_rate is not None and new_rate is not None and old_rate != new_rate:
-            emit(
-                "rate_change",
-                previous_rate_bytes_per_second=old_rate,
-                rate_bytes_per_second=new_rate,
-            )
-        saturated: dict[str, float] = {}
-        for direction, seconds in sorted(now.saturated_seconds.items()):
-            grown = seconds - before.saturated_seconds.get(direction, seconds)
-            episode_key = (device, port, direction)
-            episode = self.episodes.get(episode_key)
-            if grown > 0:
-                saturated[direction] = grown
-                if episode is None:
-                    self.episodes[episode_key] = _Episode(now_ns, grown)
-                    emit("saturation_started", direction=direction, saturated_seconds=grown)
-                else:
-                    episode.saturated_seconds += grown
-            elif episode is not None:
-                del self.episodes[episode_key]
-                emit(
-                    "saturation_ended",
-                    direction=direction,
-                    saturated_seconds=episode.saturated_seconds,
-                    duration_seconds=(now_ns - episode.start_ns) / 1e9,
-                )
-        increments = {
-            name: value - before.congestion[name]
-            for name, value in sorted(now.congestion.items())
-            if name in before.congestion and value > before.congestion[name]
-        }
-        if saturated and increments:
-            emit("congestion", counters=increments, saturated_seconds=saturated)
-        return events
