@@ -14,6 +14,7 @@ from burstscope.detectors.config import NS_PER_SECOND, Thresholds, scale_label
 from burstscope.detectors.congestion import CongestionShare
 from burstscope.detectors.contrast import contrast
 from burstscope.report_model import DirectionReport, Fleet, NodeContrast, PortReport, Report
+from burstscope.verdict import verdict
 
 DIGITS = 6  # JSON rounding: stable goldens, far below what a counter can resolve
 
@@ -114,7 +115,7 @@ def direction_json(port: PortReport, direction: DirectionReport) -> dict[str, An
             }
             for name, share in direction.congestion
         },
-        "verdict": seen.verdict,
+        "verdict": verdict(summary),
         "warnings": list(port.warnings) + direction_warnings(summary),
     }
 
@@ -337,7 +338,7 @@ def print_table(report: Report, console: Console | None = None) -> None:
                 _duration(stats.duration_seconds(0.99)),
             )
             tag = "tx" if direction.direction == "transmit" else "rx"
-            verdicts.append(f"{_label(port)} {tag}: {seen.verdict}")
+            verdicts.append(f"{_label(port)} {tag}: {verdict(summary)}")
             line = congestion_line(direction.congestion)
             if line:
                 verdicts.append(f"{_label(port)} {tag}: {line}")

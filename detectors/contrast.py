@@ -1,11 +1,24 @@
-"""The contrast a person reads: the millisecond peak beside the 15-second average, in one line."""
+"""What the coarse view hides, per port direction: the figures and the finding they add up to."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from burstscope.detectors.analyzer import Summary
-from burstscope.detectors.config import NS_PER_SECOND, scale_label
+from burstscope.detectors.config import NS_PER_SECOND
+
+
+class Finding(enum.Enum):
+    """What the millisecond view shows that the coarse average does not, checked in order."""
+
+    NO_SAMPLES = "no_samples"  # every interval was a gap, reset or first reading
+    QUIET = "quiet"  # no finest sample reached the burst threshold
+    HIDDEN_SATURATION = "hidden_saturation"  # saturated inside coarse windows under busy
+    SATURATED_THROUGHOUT = "saturated_throughout"  # the mean itself is saturated
+    UNSATURATED_BURSTS = "unsaturated_bursts"  # bursts, none of them saturated
+    VISIBLE_SATURATION = "visible_saturation"  # saturated, only in windows at or above busy
+    SATURATED = "saturated"  # saturated, in windows not yet settled either way
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,60 +30,25 @@ class Contrast:
     hidden_saturated_seconds: float
     idle_fraction_coarse: float | None
     idle_fraction_finest: float | None
-    verdict: str
+    finding: Finding
 
 
-def _percent(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    if value >= 0.1 or value == 0.0:
-        return f"{value * 100:.0f}%"
-    return f"{value * 100:.2g}%"
-
-
-def _seconds(ns: int) -> str:
-    seconds = ns / NS_PER_SECOND
-    if seconds >= 10:
-        return f"{seconds:.0f} s"
-    if seconds >= 0.1:
-        return f"{seconds:.1f} s"
-    return f"{seconds * 1000:.0f} ms"
-
-
-def verdict(summary: Summary) -> str:
-    """One line: e.g. "15-s average 12%, 1-ms peak 100%: 3.1 s saturated inside windows that
-    look under 25%"; plain wording for a quiet port and for one saturated throughout."""
+def finding(summary: Summary) -> Finding:
     t = summary.thresholds
     mean = summary.mean_utilization
     if mean is None:
-        return "no usable samples: every interval was a gap, reset or first reading"
-    coarse = scale_label(t.coarse_window_ns)
-    fine = scale_label(summary.finest_interval_ns)
-    peak = summary.finest.maximum or 0.0
-    head = f"{coarse} average {_percent(mean)}, {fine} peak {_percent(peak)}"
-    coarse_max = summary.coarse.maximum or 0.0
-    if peak < t.burst:
-        return f"{head}: quiet, no {fine} sample above {_percent(t.burst)}"
-    hidden = summary.hidden_saturated_ns
-    if hidden > 0:
-        return (
-            f"{head}: {_seconds(hidden)} saturated inside windows that look under "
-            f"{_percent(t.busy)}"
-        )
+        return Finding.NO_SAMPLES
+    if (summary.finest.maximum or 0.0) < t.burst:
+        return Finding.QUIET
+    if summary.hidden_saturated_ns > 0:
+        return Finding.HIDDEN_SATURATION
     if mean >= t.saturated:
-        return f"{head}: saturated throughout; the {coarse} view shows it"
-    bursts = summary.bursts.count
+        return Finding.SATURATED_THROUGHOUT
     if summary.saturated_ns == 0:
-        return (
-            f"{head}: {bursts} burst{'s' if bursts != 1 else ''} above {_percent(t.burst)}, "
-            f"none saturated"
-        )
-    if coarse_max >= t.busy:
-        return (
-            f"{head}: {_seconds(summary.saturated_ns)} saturated, all inside windows "
-            f"at or above {_percent(t.busy)}"
-        )
-    return f"{head}: {_seconds(summary.saturated_ns)} saturated"
+        return Finding.UNSATURATED_BURSTS
+    if (summary.coarse.maximum or 0.0) >= t.busy:
+        return Finding.VISIBLE_SATURATION
+    return Finding.SATURATED
 
 
 def contrast(summary: Summary) -> Contrast:
@@ -80,5 +58,5 @@ def contrast(summary: Summary) -> Contrast:
         hidden_saturated_seconds=summary.hidden_saturated_ns / NS_PER_SECOND,
         idle_fraction_coarse=summary.coarse.idle_fraction,
         idle_fraction_finest=summary.finest.idle_fraction,
-        verdict=verdict(summary),
+        finding=finding(summary),
     )

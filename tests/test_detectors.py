@@ -15,7 +15,7 @@ from burstscope.detectors.config import (
     scale_label,
 )
 from burstscope.detectors.congestion import congestion_share
-from burstscope.detectors.contrast import contrast, verdict
+from burstscope.detectors.contrast import Finding, contrast
 from burstscope.detectors.distributions import (
     duration_quantile,
     utilization_bins,
@@ -73,10 +73,8 @@ def test_one_burst_known_answers() -> None:
     assert coarse.count == 2 and coarse.maximum == pytest.approx(40e6 / 15 / RATE)
     assert coarse.idle == 2 and coarse.busy == 0  # 0.27% is below the 1% idle line
     assert summary.resets == summary.gaps == summary.clipped_samples == 0
-    assert verdict(summary) == (
-        "15-s average 0.13%, 1-ms peak 100%: 40 ms saturated inside windows that look under 25%"
-    )
     seen = contrast(summary)
+    assert seen.finding is Finding.HIDDEN_SATURATION
     assert seen.idle_fraction_coarse == 1.0
     assert seen.idle_fraction_finest == pytest.approx(29_960 / 30_000)
 
@@ -195,7 +193,7 @@ def test_quiet_port() -> None:
     assert summary.peak_to_mean_ratio is None
     assert summary.finest.idle_fraction == 1.0 and summary.coarse.idle_fraction == 1.0
     assert len(bursts) == 0
-    assert verdict(summary) == "15-s average 0%, 1-ms peak 0%: quiet, no 1-ms sample above 50%"
+    assert contrast(summary).finding is Finding.QUIET
 
 
 def test_port_saturated_throughout() -> None:
@@ -205,19 +203,21 @@ def test_port_saturated_throughout() -> None:
     assert summary.saturated_ns == 20_000 * MS
     assert summary.hidden_saturated_ns == 0
     assert summary.finest.p99 == 1.0 and summary.peak_to_mean_ratio == pytest.approx(1.0)
-    assert verdict(summary) == (
-        "15-s average 100%, 1-ms peak 100%: saturated throughout; the 15-s view shows it"
-    )
+    assert contrast(summary).finding is Finding.SATURATED_THROUGHOUT
 
 
-def test_bursts_without_saturation_and_visible_saturation_verdicts() -> None:
+def test_bursts_without_saturation_and_visible_saturation_findings() -> None:
+    summary, _ = analyze(*series(bursts_of(0.7)), RATE)
+    assert contrast(summary).finding is Finding.UNSATURATED_BURSTS
+    summary, _ = analyze(*series(bursts_of(1.0)), RATE)
+    assert contrast(summary).finding is Finding.VISIBLE_SATURATION
+
+
+def bursts_of(peak: float) -> np.ndarray:
+    """30 s at 30% with a 1 ms sample at ``peak`` every 100 ms."""
     u = np.full(30_000, 0.3)
-    u[::100] = 0.7
-    summary, _ = analyze(*series(u), RATE)
-    assert verdict(summary).endswith(": 300 bursts above 50%, none saturated")
-    u[::100] = 1.0
-    summary, _ = analyze(*series(u), RATE)
-    assert verdict(summary).endswith(": 0.3 s saturated, all inside windows at or above 25%")
+    u[::100] = peak
+    return u
 
 
 def test_timestamp_jitter_is_clipped_and_counted() -> None:

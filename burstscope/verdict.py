@@ -1,0 +1,55 @@
+"""The verdict a person reads per port direction: detectors.contrast's finding in one line."""
+
+from __future__ import annotations
+
+from burstscope.detectors.analyzer import Summary
+from burstscope.detectors.config import NS_PER_SECOND, scale_label
+from burstscope.detectors.contrast import Finding, finding
+
+
+def _percent(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if value >= 0.1 or value == 0.0:
+        return f"{value * 100:.0f}%"
+    return f"{value * 100:.2g}%"
+
+
+def _seconds(ns: int) -> str:
+    seconds = ns / NS_PER_SECOND
+    if seconds >= 10:
+        return f"{seconds:.0f} s"
+    if seconds >= 0.1:
+        return f"{seconds:.1f} s"
+    return f"{seconds * 1000:.0f} ms"
+
+
+def verdict(summary: Summary) -> str:
+    """One line: e.g. "15-s average 12%, 1-ms peak 100%: 3.1 s saturated inside windows that
+    look under 25%"; plain wording for a quiet port and for one saturated throughout."""
+    found = finding(summary)
+    if found is Finding.NO_SAMPLES:
+        return "no usable samples: every interval was a gap, reset or first reading"
+    t = summary.thresholds
+    coarse = scale_label(t.coarse_window_ns)
+    fine = scale_label(summary.finest_interval_ns)
+    peak = summary.finest.maximum or 0.0
+    head = f"{coarse} average {_percent(summary.mean_utilization)}, {fine} peak {_percent(peak)}"
+    saturated = _seconds(summary.saturated_ns)
+    bursts = summary.bursts.count
+    tail = {
+        Finding.QUIET: f"quiet, no {fine} sample above {_percent(t.burst)}",
+        Finding.HIDDEN_SATURATION: (
+            f"{_seconds(summary.hidden_saturated_ns)} saturated inside windows that look "
+            f"under {_percent(t.busy)}"
+        ),
+        Finding.SATURATED_THROUGHOUT: f"saturated throughout; the {coarse} view shows it",
+        Finding.UNSATURATED_BURSTS: (
+            f"{bursts} burst{'s' if bursts != 1 else ''} above {_percent(t.burst)}, none saturated"
+        ),
+        Finding.VISIBLE_SATURATION: (
+            f"{saturated} saturated, all inside windows at or above {_percent(t.busy)}"
+        ),
+        Finding.SATURATED: f"{saturated} saturated",
+    }
+    return f"{head}: {tail[found]}"
