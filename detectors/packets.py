@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,10 +82,21 @@ class PacketColumns:
 
 
 @dataclass(frozen=True, slots=True)
+class QueuePair:
+    destination: str  # the IPv4 or IPv6 address, as text (address_text)
+    qp: int  # BTH DestQP
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficClass:
+    dscp: int
+
+
+@dataclass(frozen=True, slots=True)
 class GroupStats:
     """One destination QP or one traffic class."""
 
-    key: dict[str, Any]  # {"destination": "10.0.0.2", "qp": 17} or {"dscp": 26}
+    key: QueuePair | TrafficClass
     packets: int
     bytes: int
     peak_bytes_per_second_1ms: float
@@ -94,23 +106,21 @@ class GroupStats:
     fecn_packets: int
     becn_packets: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **self.key,
-            "packets": self.packets,
-            "bytes": self.bytes,
-            "peak_bytes_per_second_1ms": self.peak_bytes_per_second_1ms,
-            "opcodes": self.opcodes,
-            "cnp_packets": self.cnp_packets,
-            "ecn_ce_packets": self.ecn_ce_packets,
-            "fecn_packets": self.fecn_packets,
-            "becn_packets": self.becn_packets,
-        }
+
+@dataclass(frozen=True, slots=True)
+class CongestionBin:
+    """A 1 ms bin that held a CE mark, a CNP, a FECN or a BECN."""
+
+    start_ns: int
+    ecn_ce_packets: int
+    cnp_packets: int
+    fecn_packets: int
+    becn_packets: int
 
 
 @dataclass(frozen=True, slots=True)
 class Analysis:
-    """A capture's RoCEv2 statistics; ``to_json`` is what ``burstscope capture --json`` prints."""
+    """A capture's RoCEv2 statistics."""
 
     records: int
     roce_packets: int
@@ -125,30 +135,13 @@ class Analysis:
     ecn_ce_packets: int
     fecn_packets: int
     becn_packets: int
-    congestion: tuple[dict[str, int], ...]  # 1 ms bins holding CE, CNP, FECN or BECN
+    congestion: tuple[CongestionBin, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "records": self.records,
-            "roce_packets": self.roce_packets,
-            "roce_bytes": self.roce_bytes,
-            "bytes_total": self.bytes_total,
-            "first_ns": self.first_ns,
-            "last_ns": self.last_ns,
-            "duration_seconds": (
-                None
-                if self.first_ns is None or self.last_ns is None
-                else (self.last_ns - self.first_ns) / 1e9
-            ),
-            "cnp_packets": self.cnp_packets,
-            "ecn_ce_packets": self.ecn_ce_packets,
-            "fecn_packets": self.fecn_packets,
-            "becn_packets": self.becn_packets,
-            "skipped": self.skipped,
-            "queue_pairs": [g.to_json() for g in self.queue_pairs],
-            "traffic_classes": [g.to_json() for g in self.traffic_classes],
-            "congestion_1ms": list(self.congestion),
-        }
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.first_ns is None or self.last_ns is None:
+            return None
+        return (self.last_ns - self.first_ns) / 1e9
 
 
 def address_text(raw: bytes) -> str:
@@ -170,7 +163,7 @@ def analyze_packets(
     qp_rows["qp"] = packets.destination_qp
     queue_pairs = _groups(packets, qp_rows, cnp, ce, _qp_key)
     traffic_classes = _groups(
-        packets, packets.dscp.astype(np.int64), cnp, ce, lambda v: {"dscp": int(v)}
+        packets, packets.dscp.astype(np.int64), cnp, ce, lambda v: TrafficClass(int(v))
     )
     count = int(frames.timestamp_ns.size)
     return Analysis(
@@ -191,8 +184,8 @@ def analyze_packets(
     )
 
 
-def _qp_key(value: Any) -> dict[str, Any]:
-    return {"destination": address_text(bytes(value["address"])), "qp": int(value["qp"])}
+def _qp_key(value: Any) -> QueuePair:
+    return QueuePair(address_text(bytes(value["address"])), int(value["qp"]))
 
 
 def _groups(
@@ -200,7 +193,7 @@ def _groups(
     keys: npt.NDArray[Any],
     cnp: B,
     ce: B,
-    describe: Any,
+    describe: Callable[[Any], QueuePair | TrafficClass],
 ) -> tuple[GroupStats, ...]:
     if len(packets) == 0:
         return ()
@@ -248,23 +241,24 @@ def _peak_per_group(group: I64, timestamp_ns: I64, wire: I64, count: int) -> I64
     return peaks
 
 
-def _congestion(packets: PacketColumns, cnp: B, ce: B) -> tuple[dict[str, int], ...]:
+def _congestion(packets: PacketColumns, cnp: B, ce: B) -> tuple[CongestionBin, ...]:
     marked = cnp | ce | packets.fecn | packets.becn
     if not marked.any():
         return ()
     bins = packets.timestamp_ns[marked] // BIN_NS
     unique, inverse = np.unique(bins, return_inverse=True)
     inverse = inverse.reshape(-1)
-    columns = {
-        name: np.bincount(inverse, weights=flag[marked], minlength=unique.size).astype(np.int64)
-        for name, flag in (
-            ("ecn_ce_packets", ce),
-            ("cnp_packets", cnp),
-            ("fecn_packets", packets.fecn),
-            ("becn_packets", packets.becn),
-        )
-    }
+    ce_counts, cnp_counts, fecn_counts, becn_counts = (
+        np.bincount(inverse, weights=flag[marked], minlength=unique.size).astype(np.int64)
+        for flag in (ce, cnp, packets.fecn, packets.becn)
+    )
     return tuple(
-        {"start_ns": int(b) * BIN_NS, **{name: int(v[i]) for name, v in columns.items()}}
+        CongestionBin(
+            start_ns=int(b) * BIN_NS,
+            ecn_ce_packets=int(ce_counts[i]),
+            cnp_packets=int(cnp_counts[i]),
+            fecn_packets=int(fecn_counts[i]),
+            becn_packets=int(becn_counts[i]),
+        )
         for i, b in enumerate(unique.tolist())
     )

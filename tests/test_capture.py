@@ -22,6 +22,7 @@ from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Raw
 from scapy.utils import rdpcap
 
+from burstscope.capture_view import analysis_json
 from burstscope.cli import main
 from burstscope.collector.capture import live
 from burstscope.collector.capture.analysis import analyze_capture
@@ -151,7 +152,7 @@ def test_decoder_matches_scapy_full_dissection(tmp_path: Path) -> None:
     path.write_bytes(pcap_bytes(mixed_frames(1500, seed=3)))
     reference = scapy_reference(path)
     records = parse_pcap(path.read_bytes())
-    result = analyze_capture(records, decode(records)).to_json()
+    result = analysis_json(analyze_capture(records, decode(records)))
     ours_qp = {(g["destination"], g["qp"]): _as_counter(g) for g in result["queue_pairs"]}
     ours_dscp = {g["dscp"]: _as_counter(g) for g in result["traffic_classes"]}
     assert ours_qp == {k: +v for k, v in reference["qp"].items()}
@@ -184,7 +185,7 @@ def test_congestion_over_time_and_flags() -> None:
         (T0 + 5_000_000, roce(0x11)),
     ]
     records = parse_pcap(pcap_bytes(frames))
-    result = analyze_capture(records, decode(records)).to_json()
+    result = analysis_json(analyze_capture(records, decode(records)))
     assert result["congestion_1ms"] == [
         {
             "start_ns": T0,
@@ -266,7 +267,7 @@ def test_ten_thousand_mutated_packets_are_counted_never_crash() -> None:
     # What was decoded is consistent: known opcodes, version 0 (checked by decoding).
     assert set(np.unique(decoded.opcode).tolist()) <= set(OPCODE_NAMES)
     assert (decoded.dqpn >= 0).all() and (decoded.dqpn < 1 << 24).all()
-    analyze_capture(records, decoded).to_json()  # and the statistics survive it
+    analysis_json(analyze_capture(records, decoded))  # and the statistics survive it
 
 
 def test_truncated_and_corrupt_files(tmp_path: Path) -> None:

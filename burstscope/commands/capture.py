@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from burstscope.capture_view import capture_json, print_text
 from burstscope.collector.capture.analysis import analyze_capture
 from burstscope.collector.capture.coflows import MappingError, collisions, read_mapping
 from burstscope.collector.capture.decode import decode
 from burstscope.collector.capture.live import DEFAULT_SNAPLEN, LiveCaptureError, capture
 from burstscope.collector.capture.pcap import PcapError, parse_pcap, read_pcap
-from burstscope.detectors.packets import Analysis, GroupStats
 from burstscope.errors import UsageError
 from burstscope.invocation import stop_on_signals
 
@@ -92,61 +92,8 @@ def run(args: argparse.Namespace) -> int:
         else collisions(records, decoded, mapping, line_rate)
     )
     if args.json:
-        data = {**extra, **analysis.to_json()}
-        if coflow_report is not None:
-            data["coflows"] = coflow_report
-        json.dump(data, sys.stdout)
+        json.dump(capture_json(analysis, extra, coflow_report), sys.stdout)
         sys.stdout.write("\n")
     else:
-        _print_text(analysis, extra, coflow_report)
+        print_text(analysis, extra, coflow_report)
     return 0
-
-
-def _rate(bytes_per_second: float) -> str:
-    return f"{bytes_per_second * 8 / 1e9:.3f} Gb/s"
-
-
-def _group_line(label: str, group: GroupStats) -> str:
-    top = sorted(group.opcodes.items(), key=lambda kv: -kv[1])[:3]
-    mix = ", ".join(f"{name} {count}" for name, count in top)
-    return (
-        f"  {label:<28} {group.packets:>9} pkts {group.bytes:>13} B  "
-        f"1-ms peak {_rate(group.peak_bytes_per_second_1ms):>12}  "
-        f"CNP {group.cnp_packets} CE {group.ecn_ce_packets} "
-        f"FECN {group.fecn_packets} BECN {group.becn_packets}  [{mix}]"
-    )
-
-
-def _print_text(analysis: Analysis, extra: dict[str, Any], coflows: dict[str, Any] | None) -> None:
-    source = extra.get("pcap") or extra.get("interface")
-    skipped = {k: v for k, v in analysis.skipped.items() if v}
-    print(
-        f"{source}: {analysis.records} records, {analysis.roce_packets} RoCEv2 packets "
-        f"({analysis.roce_bytes} B); CNP {analysis.cnp_packets}, ECN-CE "
-        f"{analysis.ecn_ce_packets}, FECN {analysis.fecn_packets}, BECN {analysis.becn_packets}"
-    )
-    if skipped:
-        print("skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
-    if extra.get("kernel_drops"):
-        print(f"the kernel dropped {extra['kernel_drops']} packets during the capture")
-    print("per destination QP:")
-    for group in analysis.queue_pairs:
-        print(_group_line(f"{group.key['destination']} qp {group.key['qp']:#08x}", group))
-    print("per traffic class:")
-    for group in analysis.traffic_classes:
-        print(_group_line(f"dscp {group.key['dscp']}", group))
-    if analysis.congestion:
-        print(f"congestion marks in {len(analysis.congestion)} 1-ms bins")
-    if coflows is not None:
-        print(
-            f"coflow collisions: {len(coflows['collisions'])} ({coflows['moments']} saturated "
-            f"ms), {coflows['out_of_order']} served out of Hermod's order, "
-            f"{coflows['urgent_bytes_waited']} B of urgent coflows waited"
-        )
-        for c in coflows["collisions"]:
-            names = ", ".join(f"{f['name']} {f['bytes']} B" for f in c["coflows"])
-            order = "in order" if c["in_order"] else "OUT OF ORDER"
-            print(
-                f"  {c['start_ns']} +{c['moments']} ms  peak {c['peak_utilization']:.2f}  "
-                f"{names}; first {c['first']}, Hermod first {c['hermod_first']}: {order}"
-            )

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 from burstscope.collector.capture.analysis import frame_columns, packet_columns
 from burstscope.collector.capture.decode import Decoded
@@ -83,7 +82,7 @@ def collisions(
     mapping: Mapping,
     line_rate_bytes_per_second: int,
     saturated: float = 0.9,
-) -> dict[str, Any]:
+) -> coflows.Collisions:
     """burstscope.detectors.coflows.collisions on a decoded pcap."""
     return coflows.collisions(
         frame_columns(records),
