@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from burstscope.detectors.config import NS_PER_SECOND, scale_label
+from burstscope.detectors.config import NS_PER_SECOND
 from burstscope.detectors.distributions import UTILIZATION_BINS
 from burstscope.report_model import DirectionReport, Fleet, PortReport, Report
+from burstscope.wording import scale_label
 
 HOTTEST = 4  # port directions drawn over time; more makes the panels unreadable
 FINE = "tab:red"

@@ -10,11 +10,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from burstscope.detectors.analyzer import Summary
-from burstscope.detectors.config import NS_PER_SECOND, Thresholds, scale_label
+from burstscope.detectors.config import NS_PER_SECOND, Thresholds
 from burstscope.detectors.congestion import CongestionShare
 from burstscope.detectors.contrast import contrast
 from burstscope.report_model import DirectionReport, Fleet, NodeContrast, PortReport, Report
-from burstscope.verdict import verdict
+from burstscope.wording import scale_label, verdict
 
 DIGITS = 6  # JSON rounding: stable goldens, far below what a counter can resolve
 

@@ -61,14 +61,6 @@ def scale_key(interval_ns: int) -> str:
     return format(seconds, "f")
 
 
-def scale_label(interval_ns: int) -> str:
-    """A human name for a scale: "1-ms", "100-us", "15-s"."""
-    for unit, size in (("s", NS_PER_SECOND), ("ms", 1_000_000), ("us", NS_PER_MICROSECOND)):
-        if interval_ns >= size:
-            return f"{format((Decimal(interval_ns) / size).normalize(), 'f')}-{unit}"
-    return f"{interval_ns}-ns"
-
-
 def nominal_interval_ns(timestamp_ns: npt.ArrayLike) -> int:
     """The sampling interval of a series that does not state it: the round interval
     (1, 2 or 5 x 10^k ns) nearest the median positive step.

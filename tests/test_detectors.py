@@ -12,7 +12,6 @@ from burstscope.detectors.config import (
     nominal_interval_ns,
     round_interval_ns,
     scale_key,
-    scale_label,
 )
 from burstscope.detectors.congestion import congestion_share
 from burstscope.detectors.contrast import Finding, contrast
@@ -266,7 +265,6 @@ def test_scale_names_and_nominal_interval() -> None:
         "1",
         "15",
     ]
-    assert scale_label(15 * 10**9) == "15-s" and scale_label(100_000) == "100-us"
     jitter = np.cumsum(np.full(100, MS) + np.tile([-400, 300], 50))
     assert nominal_interval_ns(jitter) == MS
     assert Thresholds().window_scales(100_000)[0] == MS

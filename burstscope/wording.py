@@ -1,10 +1,20 @@
-"""The verdict a person reads per port direction: detectors.contrast's finding in one line."""
+"""The words the outputs put on detector results: scale names and the verdict line."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from burstscope.detectors.analyzer import Summary
-from burstscope.detectors.config import NS_PER_SECOND, scale_label
+from burstscope.detectors.config import NS_PER_MICROSECOND, NS_PER_SECOND
 from burstscope.detectors.contrast import Finding, finding
+
+
+def scale_label(interval_ns: int) -> str:
+    """A human name for a scale: "1-ms", "100-us", "15-s"."""
+    for unit, size in (("s", NS_PER_SECOND), ("ms", 1_000_000), ("us", NS_PER_MICROSECOND)):
+        if interval_ns >= size:
+            return f"{format((Decimal(interval_ns) / size).normalize(), 'f')}-{unit}"
+    return f"{interval_ns}-ns"
 
 
 def _percent(value: float | None) -> str:

@@ -1,4 +1,4 @@
-"""The verdict line: each finding of detectors.contrast in the words a report prints."""
+"""The words of the outputs: scale names, and each finding of detectors.contrast as a line."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from burstscope.detectors.analyzer import analyze
-from burstscope.verdict import verdict
+from burstscope.wording import scale_label, verdict
 from tests.test_detectors import RATE, bursts_of, one_burst, series
 
 
@@ -38,3 +38,13 @@ def test_each_finding_in_words(utilization: np.ndarray, expected: str) -> None:
 def test_a_series_without_one_usable_interval() -> None:
     summary, _ = analyze(*series([0.5]), RATE, rebaseline=[False, True])
     assert verdict(summary) == "no usable samples: every interval was a gap, reset or first reading"
+
+
+def test_scale_names() -> None:
+    assert [scale_label(n) for n in (500, 100_000, 1_000_000, 15 * 10**9, 1_500_000_000)] == [
+        "500-ns",
+        "100-us",
+        "1-ms",
+        "15-s",
+        "1.5-s",
+    ]
