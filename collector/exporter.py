@@ -22,7 +22,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from burstscope.collector.pipeline import TIMING_BUCKETS_SECONDS, Snapshot
+from burstscope.collector.pipeline import TIMING_BUCKETS_SECONDS, DirectionView, PortView, Snapshot
 from burstscope.collector.slow_poller import READ_BUCKETS_SECONDS, CounterState
 from burstscope.collector.sources.port_counters import PORT_COUNTER_SPECS
 from burstscope.detectors.config import DIRECTIONS
@@ -264,82 +264,7 @@ class BurstscopeCollector(Collector):
     @staticmethod
     def _ports(out: _Families, snap: Snapshot) -> None:
         for port in snap.ports:
-            key = [port.spec.device, str(port.spec.port)]
-            rate = port.spec.line_rate_bytes_per_second
-            # The rate in force (re-read every second, after encoding) is the one road: the
-            # gauge, the detectors behind the families below, MQTT and top all use it.
-            known = rate > 0
-            if known:
-                out.gauge("burstscope_port_line_rate_bytes_per_second", PORT, key, rate)
-            if port.resolution_ns > snap.health.interval_ns:
-                out.gauge("burstscope_port_resolution_seconds", PORT, key, port.resolution_ns / 1e9)
-            resets = 0
-            for direction in DIRECTIONS:
-                view = port.directions[direction]
-                live = view.live
-                labels = [*key, direction]
-                resets += view.resets
-                out.counter(
-                    "burstscope_port_data_bytes_total", PORT_DIRECTION, labels, view.bytes_total
-                )
-                if not known:
-                    continue  # utilization without a rate: absent, never zero
-                out.histogram(
-                    "burstscope_port_utilization_ratio",
-                    PORT_DIRECTION,
-                    labels,
-                    _buckets(UTILIZATION_BUCKETS, live.utilization_buckets.tolist()),
-                    live.utilization_sum,
-                )
-                for window, length in PEAK_WINDOWS:
-                    peak = live.peak(length, snap.now_ns)
-                    out.gauge(
-                        "burstscope_port_peak_utilization_ratio",
-                        (*PORT_DIRECTION, "window"),
-                        [*labels, window],
-                        0.0 if peak is None else peak,
-                    )
-                out.counter("burstscope_port_bursts_total", PORT_DIRECTION, labels, live.bursts)
-                out.counter(
-                    "burstscope_port_burst_bytes_total", PORT_DIRECTION, labels, live.burst_bytes
-                )
-                out.counter(
-                    "burstscope_port_saturated_seconds_total",
-                    PORT_DIRECTION,
-                    labels,
-                    view.saturated_seconds,
-                )
-                out.counter(
-                    "burstscope_port_hidden_saturated_seconds_total",
-                    PORT_DIRECTION,
-                    labels,
-                    view.hidden_saturated_seconds,
-                )
-            if known:
-                # One burst-duration histogram per port, both directions together: per
-                # direction it would take the port past 60 series.
-                transmit, receive = (port.directions[d].live for d in DIRECTIONS)
-                out.histogram(
-                    "burstscope_port_burst_duration_seconds",
-                    PORT,
-                    key,
-                    _buckets(
-                        BURST_DURATION_BUCKETS_SECONDS,
-                        (transmit.burst_duration_buckets + receive.burst_duration_buckets).tolist(),
-                    ),
-                    transmit.burst_seconds_sum + receive.burst_seconds_sum,
-                )
-            out.counter("burstscope_port_data_resets_total", PORT, key, resets)
-            out.counter("burstscope_port_failed_reads_total", PORT, key, port.failed_reads)
-            for (counter, reason), count in sorted(port.refused.items()):
-                out.counter(
-                    "burstscope_port_refused_readings_total",
-                    (*PORT, "counter", "reason"),
-                    [*key, counter, reason],
-                    count,
-                )
-            if port.rate_changes:
-                out.counter("burstscope_port_rate_changes_total", PORT, key, port.rate_changes)
+            _port_families(out, port, snap)
         for kept in snap.unsampled:
             out.gauge(
                 "burstscope_port_not_sampled",
@@ -469,6 +394,84 @@ class BurstscopeCollector(Collector):
                 out.counter(
                     "burstscope_source_errors_total", ("source",), [source.name], source.errors
                 )
+
+
+def _port_families(out: _Families, port: PortView, snap: Snapshot) -> None:
+    """One sampled port: its rate, each direction's traffic and bursts, its read health."""
+    key = [port.spec.device, str(port.spec.port)]
+    rate = port.spec.line_rate_bytes_per_second
+    # The rate in force (re-read every second, after encoding) is the one road: the
+    # gauge, the detectors behind the families below, MQTT and top all use it.
+    known = rate > 0
+    if known:
+        out.gauge("burstscope_port_line_rate_bytes_per_second", PORT, key, rate)
+    if port.resolution_ns > snap.health.interval_ns:
+        out.gauge("burstscope_port_resolution_seconds", PORT, key, port.resolution_ns / 1e9)
+    for direction in DIRECTIONS:
+        view = port.directions[direction]
+        labels = [*key, direction]
+        out.counter("burstscope_port_data_bytes_total", PORT_DIRECTION, labels, view.bytes_total)
+        if known:  # utilization without a rate: absent, never zero
+            _direction_families(out, labels, view, snap.now_ns)
+    if known:
+        # One burst-duration histogram per port, both directions together: per
+        # direction it would take the port past 60 series.
+        transmit, receive = (port.directions[d].live for d in DIRECTIONS)
+        out.histogram(
+            "burstscope_port_burst_duration_seconds",
+            PORT,
+            key,
+            _buckets(
+                BURST_DURATION_BUCKETS_SECONDS,
+                (transmit.burst_duration_buckets + receive.burst_duration_buckets).tolist(),
+            ),
+            transmit.burst_seconds_sum + receive.burst_seconds_sum,
+        )
+    resets = sum(port.directions[d].resets for d in DIRECTIONS)
+    out.counter("burstscope_port_data_resets_total", PORT, key, resets)
+    out.counter("burstscope_port_failed_reads_total", PORT, key, port.failed_reads)
+    for (counter, reason), count in sorted(port.refused.items()):
+        out.counter(
+            "burstscope_port_refused_readings_total",
+            (*PORT, "counter", "reason"),
+            [*key, counter, reason],
+            count,
+        )
+    if port.rate_changes:
+        out.counter("burstscope_port_rate_changes_total", PORT, key, port.rate_changes)
+
+
+def _direction_families(
+    out: _Families, labels: list[str], view: DirectionView, now_ns: int
+) -> None:
+    """One direction of a port whose line rate is known: utilization, peaks, bursts."""
+    live = view.live
+    out.histogram(
+        "burstscope_port_utilization_ratio",
+        PORT_DIRECTION,
+        labels,
+        _buckets(UTILIZATION_BUCKETS, live.utilization_buckets.tolist()),
+        live.utilization_sum,
+    )
+    for window, length in PEAK_WINDOWS:
+        peak = live.peak(length, now_ns)
+        out.gauge(
+            "burstscope_port_peak_utilization_ratio",
+            (*PORT_DIRECTION, "window"),
+            [*labels, window],
+            0.0 if peak is None else peak,
+        )
+    out.counter("burstscope_port_bursts_total", PORT_DIRECTION, labels, live.bursts)
+    out.counter("burstscope_port_burst_bytes_total", PORT_DIRECTION, labels, live.burst_bytes)
+    out.counter(
+        "burstscope_port_saturated_seconds_total", PORT_DIRECTION, labels, view.saturated_seconds
+    )
+    out.counter(
+        "burstscope_port_hidden_saturated_seconds_total",
+        PORT_DIRECTION,
+        labels,
+        view.hidden_saturated_seconds,
+    )
 
 
 class MqttStats(Protocol):
