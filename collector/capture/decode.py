@@ -82,41 +82,57 @@ class _Gather:
         return self.u8(position) << 16 | self.u16(position + 1)
 
 
-def decode(records: Records) -> Decoded:
+class _Skips:
+    """Why each record was skipped: 0 while it is still a candidate, else 1 + the index of
+    the first reason found in SKIP_REASONS."""
+
+    def __init__(self, records: Records) -> None:
+        self.captured = records.captured_length
+        self.reason = np.zeros(len(records), dtype=np.int8)
+        self._codes = {name: i + 1 for i, name in enumerate(SKIP_REASONS)}
+
+    def skip(self, condition: B, name: str) -> None:
+        reason = self.reason
+        reason[(reason == 0) & condition] = self._codes[name]
+
+    def need(self, header_end: I64) -> None:
+        """Skip records captured short of ``header_end`` (relative to the frame start)."""
+        self.skip(self.captured < header_end, "short_frame")
+
+
+def _link_layer(records: Records, get: _Gather, skips: _Skips) -> tuple[I64, I64]:
+    """The ethertype of each record and where its IP header starts."""
     n = len(records)
-    get = _Gather(records.data)
     frame = records.frame_offset
-    captured = records.captured_length
-    reason = np.zeros(n, dtype=np.int8)  # 0: still a candidate; else 1 + SKIP_REASONS index
-    codes = {name: i + 1 for i, name in enumerate(SKIP_REASONS)}
-
-    def skip(condition: B, name: str) -> None:
-        reason[(reason == 0) & condition] = codes[name]
-
-    def need(header_end: I64) -> None:
-        # header_end is relative to the frame start.
-        skip(captured < header_end, "short_frame")
-
     if records.link_type == LINKTYPE_ETHERNET:
-        need(np.full(n, 14, np.int64))
+        skips.need(np.full(n, 14, np.int64))
         ethertype = get.u16(frame + 12)
         l3 = frame + 14
         for _ in range(2):  # one 802.1Q tag, or an 802.1ad outer plus an inner tag
             tagged = np.isin(ethertype, VLAN_ETHERTYPES)
             if not tagged.any():
                 break
-            skip(tagged & (captured < l3 - frame + 4), "short_frame")
+            skips.skip(tagged & (skips.captured < l3 - frame + 4), "short_frame")
             ethertype = np.where(tagged, get.u16(l3 + 2), ethertype)
             l3 = np.where(tagged, l3 + 4, l3)
     elif records.link_type == LINKTYPE_LINUX_SLL:
-        need(np.full(n, 16, np.int64))
+        skips.need(np.full(n, 16, np.int64))
         ethertype = get.u16(frame + 14)
         l3 = frame + 16
     else:  # raw IP: the version nibble says which
-        need(np.full(n, 1, np.int64))
+        skips.need(np.full(n, 1, np.int64))
         version = get.u8(frame) >> 4
         ethertype = np.where(version == 6, ETHERTYPE_IPV6, ETHERTYPE_IPV4)
         l3 = frame.copy()
+    return ethertype, l3
+
+
+def decode(records: Records) -> Decoded:
+    get = _Gather(records.data)
+    frame = records.frame_offset
+    skips = _Skips(records)
+    skip, need, reason = skips.skip, skips.need, skips.reason
+    ethertype, l3 = _link_layer(records, get, skips)
     ipv4 = ethertype == ETHERTYPE_IPV4
     ipv6 = ethertype == ETHERTYPE_IPV6
     skip(~(ipv4 | ipv6), "not_ip")
