@@ -297,13 +297,7 @@ def test_the_fast_loop_and_the_special_path_refuse_a_reading_alike(
     (tmp_path / "r").write_text(rcv)
     plain = CounterFiles(str(tmp_path / "x"), str(tmp_path / "r"), 4)
     special = CounterFiles(plain.xmit_path, plain.rcv_path, 4, min_read_interval_ns=1)
-    reader = PairedFileReader((plain, special))
-    row = SampleRow.for_ports(2)
-    reader.open()
-    try:
-        reader.read_into(row)
-    finally:
-        reader.close()
+    row = _read_once(plain, special)
     expected = bad_status(counter, BAD_REASONS.index(reason))
     assert row.status == [expected, expected]
 
@@ -313,12 +307,18 @@ def test_a_failed_read_names_its_errno_on_both_python_paths(tmp_path: Path) -> N
     (tmp_path / "x").mkdir()  # opens, but pread fails with EISDIR
     plain = CounterFiles(str(tmp_path / "x"), str(tmp_path / "r"), 4)
     special = CounterFiles(plain.xmit_path, plain.rcv_path, 4, extra_rcv=(plain.rcv_path,))
-    reader = PairedFileReader((plain, special))
-    row = SampleRow.for_ports(2)
+    row = _read_once(plain, special)
+    expected = bad_errno_status(0, errno.EISDIR)
+    assert row.status == [expected, expected]
+
+
+def _read_once(*ports: CounterFiles) -> SampleRow:
+    """One pure-Python tick of a reader over ``ports``."""
+    reader = PairedFileReader(ports)
+    row = SampleRow.for_ports(len(ports))
     reader.open()
     try:
         reader.read_into(row)
     finally:
         reader.close()
-    expected = bad_errno_status(0, errno.EISDIR)
-    assert row.status == [expected, expected]
+    return row
