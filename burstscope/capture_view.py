@@ -40,17 +40,10 @@ def analysis_json(analysis: Analysis) -> dict[str, Any]:
 
 
 def _group_json(group: GroupStats) -> dict[str, Any]:
-    return {
-        **asdict(group.key),
-        "packets": group.packets,
-        "bytes": group.bytes,
-        "peak_bytes_per_second_1ms": group.peak_bytes_per_second_1ms,
-        "opcodes": group.opcodes,
-        "cnp_packets": group.cnp_packets,
-        "ecn_ce_packets": group.ecn_ce_packets,
-        "fecn_packets": group.fecn_packets,
-        "becn_packets": group.becn_packets,
-    }
+    """The group's key fields first, then its statistics in GroupStats' field order."""
+    figures = asdict(group)
+    del figures["key"]
+    return {**asdict(group.key), **figures}
 
 
 def collisions_json(found: Collisions) -> dict[str, Any]:
