@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -15,16 +16,36 @@ from tests.processes import free_port
 REPOSITORY = Path(__file__).resolve().parent.parent
 
 
+def _checkout_copy(into: Path) -> Path:
+    """The files git would commit, links kept as links: setuptools builds in the source tree
+    (build/), and a stale build/lib there would put removed modules back into the wheel."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPOSITORY,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = REPOSITORY / name
+        if not source.is_symlink() and not source.exists():
+            continue  # deleted in the work tree, not yet in the index
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target, follow_symlinks=False)
+    return into
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel pip builds from this checkout (no build isolation: setuptools comes with
-    the test extra, so nothing is fetched)."""
+    """The wheel pip builds from a copy of this checkout (no build isolation: setuptools comes
+    with the test extra, so nothing is fetched)."""
+    source = _checkout_copy(tmp_path_factory.mktemp("source"))
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
         [
             *(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"),
             *("--no-build-isolation", "--disable-pip-version-check", "-w", str(out)),
-            str(REPOSITORY),
+            str(source),
         ],
         check=True,
         capture_output=True,
