@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from burstscope.collector.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
+from burstscope.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
 from tests.processes import STOP_SECONDS, fetch, free_port, wait_until
 
 
