@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
+from burstscope.testing.emulated_node import CounterWriter, EmulatedNode, Load, running_agent
+from burstscope.testing.processes import free_port, wait_for
 from tests.conftest import require_binary
-from tests.emulated_node import CounterWriter, EmulatedNode, Load, running_agent
-from tests.processes import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 

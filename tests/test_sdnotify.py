@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from burstscope.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
-from tests.processes import STOP_SECONDS, fetch, free_port, wait_until
+from burstscope.testing.processes import STOP_SECONDS, fetch, free_port, wait_until
 
 
 class NotifySocket:
