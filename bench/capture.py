@@ -22,8 +22,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from burstscope.collector.capture.decode import decode
-from burstscope.collector.capture.pcap import NANOSECOND_MAGIC, parse_pcap
+from burstscope.capture.decode import decode
+from burstscope.capture.pcap import NANOSECOND_MAGIC, parse_pcap
 
 SNAPLEN = 128
 
