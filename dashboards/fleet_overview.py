@@ -51,23 +51,45 @@ _LINK_TO_DRILLDOWN = [
 ]
 
 
-def _table_options(sort_by: str) -> Json:
-    """A table of port directions, sorted by the column ``sort_by``, highest first."""
-    return {
-        "showHeader": True,
-        "showTypeIcons": False,
-        "frameIndex": 0,
-        "cellHeight": "sm",
-        "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
-        "sortBy": [{"displayName": sort_by, "desc": True}],
-    }
+def _port_table(
+    title: str,
+    description: str,
+    targets: list[Json],
+    width: int,
+    sort_by: str,
+    organize: Json,
+    merge: bool = False,
+) -> Json:
+    """A table of port directions, highest ``sort_by`` first, each node linked to its drill-down.
+
+    ``organize`` hides and renames columns; ``merge`` first joins the targets' rows.
+    """
+    transformations: list[Json] = [{"id": "merge", "options": {}}] if merge else []
+    transformations.append({"id": "organize", "options": organize})
+    return panel(
+        "table",
+        title,
+        description,
+        targets,
+        "percentunit",
+        (width, 10),
+        options={
+            "showHeader": True,
+            "showTypeIcons": False,
+            "frameIndex": 0,
+            "cellHeight": "sm",
+            "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
+            "sortBy": [{"displayName": sort_by, "desc": True}],
+        },
+        overrides=_LINK_TO_DRILLDOWN,
+        transformations=transformations,
+    )
 
 
 def _hottest_ports() -> Json:
     peak = f'burstscope_port_peak_utilization_ratio{{{FLEET}, window="15s"}}'
     hottest = f"topk(20, {peak})"
-    return panel(
-        "table",
+    return _port_table(
         "Hottest ports: 1 ms peak beside the 15 s average",
         "The 20 port directions with the highest 1 ms utilization in the last 15 s, beside "
         "their mean over the last scrape interval (15 s; recording rule "
@@ -83,26 +105,18 @@ def _hottest_ports() -> Json:
                 format="table",
             ),
         ],
-        "percentunit",
-        (14, 10),
-        options=_table_options("1 ms peak"),
-        overrides=_LINK_TO_DRILLDOWN,
-        transformations=[
-            {"id": "merge", "options": {}},
-            {
-                "id": "organize",
-                "options": {
-                    "excludeByName": {"Time": True, "window": True, "__name__": True, "job": True},
-                    "renameByName": {"Value #A": "1 ms peak", "Value #B": "15 s average"},
-                },
-            },
-        ],
+        14,
+        "1 ms peak",
+        {
+            "excludeByName": {"Time": True, "window": True, "__name__": True, "job": True},
+            "renameByName": {"Value #A": "1 ms peak", "Value #B": "15 s average"},
+        },
+        merge=True,
     )
 
 
 def _hidden_saturation() -> Json:
-    return panel(
-        "table",
+    return _port_table(
         "Ports with hidden saturation",
         "Share of the last 5 m each port direction spent saturated (>= 90%) inside 15 s "
         "windows whose mean stayed below 25%: saturation a 15 s scrape reports as quiet. "
@@ -114,19 +128,12 @@ def _hidden_saturation() -> Json:
                 format="table",
             )
         ],
-        "percentunit",
-        (10, 10),
-        options=_table_options("hidden saturated share"),
-        overrides=_LINK_TO_DRILLDOWN,
-        transformations=[
-            {
-                "id": "organize",
-                "options": {
-                    "excludeByName": {"Time": True, "job": True},
-                    "renameByName": {"Value": "hidden saturated share"},
-                },
-            }
-        ],
+        10,
+        "hidden saturated share",
+        {
+            "excludeByName": {"Time": True, "job": True},
+            "renameByName": {"Value": "hidden saturated share"},
+        },
     )
 
 
