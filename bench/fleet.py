@@ -7,7 +7,7 @@ of a real ``burstscope agent --source sim`` taken at the start of the run give e
 series and, for counters, its rate; every node then serves those series with its
 counters advancing at that rate from its own offset. A share of the nodes is quiet (all
 1 ms samples under 1% of line rate, low peaks) so alerts can be checked for firing on the
-saturated nodes only. The fleet itself is tests/simulated_fleet.py. Prometheus
+saturated nodes only. The fleet itself is burstscope/testing/simulated_fleet.py. Prometheus
 (Debian's ``prometheus``) scrapes every 15 s with both rule files and the host relabelling,
 first live for 7 minutes from an empty TSDB (rule evaluation times), then restarted on the
 same TSDB with 6 h of history backfilled (``promtool tsdb create-blocks-from
@@ -39,11 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(_ROOT))
-
-from tests.processes import free_port  # noqa: E402
-from tests.simulated_fleet import (  # noqa: E402
+from burstscope.testing.processes import free_port
+from burstscope.testing.simulated_fleet import (
     Fleet,
     Node,
     Prometheus,

@@ -16,8 +16,8 @@ import pytest
 
 from burstscope.collector.trace import TraceInfo, read_info, read_samples, read_slow
 from burstscope.collector.trace.schema import TIME_COLUMN
+from burstscope.testing.processes import LoggedProcess, wait_until
 from tests.conftest import FIXTURES, SYSFS
-from tests.processes import LoggedProcess, wait_until
 
 
 def burstscope(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

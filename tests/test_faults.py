@@ -27,8 +27,14 @@ from pathlib import Path
 
 import pytest
 
+from burstscope.testing.processes import (
+    DEADLINE_SECONDS,
+    AgentProcess,
+    fetch,
+    free_port,
+    wait_until,
+)
 from tests.conftest import integration_unavailable, require_binary, require_root
-from tests.processes import DEADLINE_SECONDS, AgentProcess, fetch, free_port, wait_until
 from tests.test_agent import make_certificates
 
 PORT0 = Path("class/infiniband/mlx5_0/ports/1")

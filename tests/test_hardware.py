@@ -25,9 +25,9 @@ import pytest
 from burstscope.collector.discovery import parse_link_rate
 from burstscope.collector.simulation.model import TrafficModel
 from burstscope.collector.simulation.sysfs_writer import SysfsWriter
+from burstscope.testing.emulated_node import CounterWriter, EmulatedNode, Load
+from burstscope.testing.processes import AgentProcess, wait_until
 from tests.conftest import FIXTURES, compare_golden
-from tests.emulated_node import CounterWriter, EmulatedNode, Load
-from tests.processes import AgentProcess, wait_until
 from tests.test_exposition import normalize
 
 TREE = FIXTURES / "hardware" / "sys"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import free_port
+from burstscope.testing.processes import free_port
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 

@@ -288,7 +288,7 @@ def test_a_poller_thread_that_ends_or_hangs_is_restarted(
     from burstscope.collector.sampler import SamplerConfig
     from burstscope.collector.slow_poller import SlowPoller
     from burstscope.collector.sources import build_source
-    from tests.processes import wait_until
+    from burstscope.testing.processes import wait_until
 
     release = threading.Event()
 

@@ -18,9 +18,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from burstscope.collector.capture.analysis import frame_columns, packet_columns
-from burstscope.collector.capture.decode import Decoded
-from burstscope.collector.capture.pcap import Records
+from burstscope.capture.analysis import frame_columns, packet_columns
+from burstscope.capture.decode import Decoded
+from burstscope.capture.pcap import Records
 from burstscope.detectors import coflows
 from burstscope.detectors.coflows import TYPE_RANK, Coflow, Mapping
 
