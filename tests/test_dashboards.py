@@ -242,7 +242,7 @@ def test_provisioning_files() -> None:
     assert re.search(r"^\s+path: \S+", providers, flags=re.MULTILINE)
 
 
-def test_readme_metric_table_matches_exporter_help() -> None:
+def test_metric_table_in_docs_matches_exporter_help() -> None:
     import subprocess
     import sys
 
@@ -251,7 +251,7 @@ def test_readme_metric_table_matches_exporter_help() -> None:
             sys.executable,
             str(DASHBOARDS / "metrics_table.py"),
             "--check",
-            str(DASHBOARDS / "README.md"),
+            str(DASHBOARDS.parent / "docs" / "metrics.md"),
         ],
         capture_output=True,
         text=True,
