@@ -130,7 +130,8 @@ def test_exprs_name_only_exported_or_recorded_metrics(name: str) -> None:
     assert used - known == set()
 
 
-def test_dashboards_cover_what_the_issue_asks() -> None:
+def test_dashboards_plot_peaks_saturation_congestion_and_agent_health() -> None:
+    """The fleet overview and the drill-down query every series their panels are for."""
     fleet = " ".join(exprs(load("fleet-overview.json")))
     drill = " ".join(exprs(load("port-drilldown.json")))
     for needed in (
