@@ -13,14 +13,14 @@
 - report_seconds, report_peak_bytes: ``burstscope report --json`` in a subprocess on a
   generated 1-hour, 9-port, 1 ms trace written with collector.trace.TraceWriter; peak
   memory is the child's maximum resident set size (getrusage RUSAGE_CHILDREN).
-- with ``--baseline REF`` (a git commit, e.g. main before issue 18): the same report run by
+- with ``--baseline REF`` (a git commit, e.g. 001ecb6, the last before the compact trace
+  encoding and the faster detectors): the same report run by
   that commit's code (``git archive REF``) and by this code on the same trace in the same
   run, and the ratio. That trace is the generated one with its time column as nanoseconds
   (``timestamp_ns``), as traces were before the compact encoding, so that a reader from
   before it can read it; ``report_seconds`` stays this code on the trace as written.
-Targets (issues 3 and 18): batch >= 0.15 x the bare numpy reference of the same run,
-streaming <= 2 us/sample, report <= 2 GB, and with --baseline report <= 0.5 x the baseline;
-(issue 12) pipeline <= 0.5 us/sample.
+Targets: batch >= 0.15 x the bare numpy reference of the same run, streaming <= 2 us/sample,
+pipeline <= 0.5 us/sample, report <= 2 GB, and with --baseline report <= 0.5 x the baseline.
 """
 
 from __future__ import annotations

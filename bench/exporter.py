@@ -24,7 +24,7 @@ Figures:
 - ``missed_ticks_quiet`` / ``missed_ticks_storm``: deadlines skipped in each phase.
 - ``series`` and ``scrape_bytes``: size of one exposition.
 
-Targets (issue 4): ``scrape_p99_ms`` <= 20, ``lateness_p99_growth`` <= 0.20,
+Targets: ``scrape_p99_ms`` <= 20, ``lateness_p99_growth`` <= 0.20,
 ``missed_ticks_storm`` <= ``missed_ticks_quiet``. ``--json`` prints exactly one JSON line.
 
 The emulated node (``EmulatedNode``, ``CounterWriter``, ``running_agent``) lives in

@@ -16,7 +16,7 @@ openmetrics``) of what the default views read, to time every panel.
 Reports: series in the head and per port, scrape duration p99, each rule group's and
 rule's evaluation times (highest, median, how many over 2 s), the latency of every panel
 query of both dashboards over 1 h and 6 h through the HTTP API, and Prometheus' peak RSS
-(VmHWM). Targets (issue 16):
+(VmHWM). Targets:
 default views <= 1 s over 6 h, all variables at "All" <= 2 s over 1 h, each rule group
 <= 2 s, peak RSS <= 3 GB, <= 60 series per port. ``--json`` prints one JSON line.
 The fleet overview's default view is its all-"All" view; the drill-down shows one node

@@ -127,7 +127,8 @@ def test_exprs_name_only_exported_or_recorded_metrics(name: str) -> None:
     assert used - known == set()
 
 
-def test_dashboards_cover_what_the_issue_asks() -> None:
+def test_dashboards_plot_peaks_saturation_congestion_and_agent_health() -> None:
+    """The fleet overview and the drill-down query every series their panels are for."""
     fleet = " ".join(exprs(load("fleet-overview.json")))
     drill = " ".join(exprs(load("port-drilldown.json")))
     for needed in (
@@ -239,7 +240,7 @@ def test_provisioning_files() -> None:
     assert re.search(r"^\s+path: \S+", providers, flags=re.MULTILINE)
 
 
-def test_readme_metric_table_matches_exporter_help() -> None:
+def test_metric_table_in_docs_matches_exporter_help() -> None:
     import subprocess
     import sys
 
@@ -248,7 +249,7 @@ def test_readme_metric_table_matches_exporter_help() -> None:
             sys.executable,
             str(DASHBOARDS / "metrics_table.py"),
             "--check",
-            str(DASHBOARDS / "README.md"),
+            str(DASHBOARDS.parent / "docs" / "metrics.md"),
         ],
         capture_output=True,
         text=True,

@@ -118,7 +118,7 @@ def test_alert_has_summary_description_runbook_and_severity(alert: str) -> None:
 
 
 def test_every_rule_group_reads_at_most_five_minutes_of_raw_samples() -> None:
-    """Fleet cost: longer ranges read recorded series only (issue 16, LinkDegraded)."""
+    """Fleet cost: longer ranges read recorded series only (LinkDegraded's day: 5 m maxima)."""
     raw = set(HELP) | {f"{n}_{s}" for n in HELP for s in ("bucket", "count", "sum")}
     for path in (RECORDING, ALERTS):
         for name, window in re.findall(r"\b([a-z_:]+)(?:\{[^}]*\})?\[(\w+)\]", path.read_text()):

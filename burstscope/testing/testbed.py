@@ -16,7 +16,7 @@ prints its names and waits until interrupted, then tears it down.
 
 Why it ships in the package rather than only in tests/: it is how an operator checks
 burstscope against real kernel counters on a node of their own before trusting it on
-a fabric (the README's testbed section), with nothing but iproute2 and root. Nothing
+a fabric (docs/testing-without-hardware.md), with nothing but iproute2 and root. Nothing
 in the agent imports it.
 """
 
