@@ -1,11 +1,12 @@
 """The agent's consumer side: sampler ring -> streaming detectors -> live state, in one thread.
 
-Every ``drain_seconds`` the pipeline drains the ring, feeds each port direction's analyzer
-and live figures, and hands closed bursts to listeners (MQTT, the terminal view). Readers
-(the exporter's scrape threads, the terminal view, MQTT) take an immutable snapshot: it is
-built when a reader asks for it, at most once per drain, under the lock the feeding holds,
-so a scrape never sees half an update, never changes anything, and nothing is copied for
-a reader that never comes (Prometheus asks every 15 s; the drain runs ten times as often).
+Every ``drain_seconds`` the pipeline takes the ring's new rows through its intake (which
+states the rate in force for each and records them, collector.intake), feeds each port
+direction's analyzer and live figures, and hands closed bursts to listeners (MQTT, the
+terminal view). Readers (the exporter's scrape threads, the terminal view, MQTT) take an
+immutable snapshot: it is built when a reader asks for it, at most once per drain, under
+the lock the feeding holds, so a scrape never sees half an update, never changes anything,
+and nothing is copied for a reader that never comes (Prometheus asks every 15 s).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ import numpy as np
 import numpy.typing as npt
 
 from burstscope.collector.discovery import DeviceInfo
+from burstscope.collector.intake import DRAIN_SECONDS, Intake, Taken
 from burstscope.collector.recording import Recording, RecordingHealth
-from burstscope.collector.ring import Field, Ring, RingReader
+from burstscope.collector.ring import Field, Ring
 from burstscope.collector.sampler import (
     Sampler,
     SamplerConfig,
@@ -41,17 +43,13 @@ from burstscope.detectors.analyzer import DirectionAnalyzer
 from burstscope.detectors.bursts import Bursts
 from burstscope.detectors.config import DIRECTIONS, Thresholds
 from burstscope.detectors.distributions import utilization_quantile
+from burstscope.detectors.line_rate import rate_runs
 from burstscope.detectors.live import LiveDirection, cumulative_counts
 
 if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs it
     from burstscope.collector.trace import TraceWriter
 
 _LOG = logging.getLogger(__name__)
-# How often the ring is drained through the detectors. Each drain costs a fixed numpy
-# overhead per port direction, so fewer, larger drains cost less per sample (bench/detection.py
-# measures both); the agent drains every second, the interactive view ten times a second.
-DRAIN_SECONDS = 0.1
-AGENT_DRAIN_SECONDS = 1.0
 # Sampler lateness and read durations, in seconds: 1 us .. 10 ms.
 TIMING_BUCKETS_SECONDS = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2)
 
@@ -71,9 +69,6 @@ SAMPLER_STALL_SECONDS = 5.0
 SLOW_STALL_SECONDS = 30.0
 
 BurstListener = Callable[[PortSpec, str, Bursts], None]
-# The slow gauge every source's slow companions report as the utilization denominator: the
-# data rate after line encoding, or the operator's override (0 or absent: unknown).
-DATA_RATE = "data_rate_bytes_per_second"
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +192,7 @@ class Pipeline:
         self._requests: queue.SimpleQueue[tuple[Callable[[], None], Future[None]]] = (
             queue.SimpleQueue()
         )
-        self._reader: RingReader | None = None
+        self.intake: Intake | None = None  # once started: the ring, drained
         self._ring: Ring | None = None
         self._now_ns = 0
         self._lateness = np.zeros(len(TIMING_BUCKETS_SECONDS) + 1, dtype=np.int64)
@@ -244,25 +239,6 @@ class Pipeline:
         state.latest = dict.fromkeys(DIRECTIONS, 0)
         return state
 
-    def _rate_changes(self, offset_ns: int) -> dict[int, tuple[int, int]]:
-        """Ports whose data rate, as the slow sources last read it, differs from the rate in
-        force: port index -> (new rate, wall-clock time of the reading)."""
-        if self.slow is None:
-            return {}
-        rates = self.slow.gauge(DATA_RATE)
-        changes = {}
-        for index, state in enumerate(self._ports):
-            found = rates.get((state.spec.device, state.spec.port))
-            # An unreadable rate (0) keeps the last usable one: utilization stays honest
-            # for the link as last seen, and a link that lost its width carries nothing.
-            if (
-                found is not None
-                and found[0] > 0
-                and found[0] != state.spec.line_rate_bytes_per_second
-            ):
-                changes[index] = (found[0], found[1] + offset_ns)
-        return changes
-
     def _apply_rate(self, state: _PortState, rate: int) -> None:
         old = state.spec.line_rate_bytes_per_second
         state.spec = dataclasses.replace(state.spec, line_rate_bytes_per_second=rate)
@@ -285,7 +261,9 @@ class Pipeline:
         """Start sampling; raises SamplerError if the sampler process cannot start."""
         self._ring = self.sampler.start()
         _LOG.debug("sampler: %s", tick_description(self._ring))
-        self._reader = RingReader(self._ring, self.source.ports)
+        self.intake = Intake(
+            self._ring, self.source.ports, self.trace.append if self.trace is not None else None
+        )
         if self.slow is not None:
             self.slow.start()
         now = time.monotonic()
@@ -424,102 +402,62 @@ class Pipeline:
             self._drain()
 
     def _drain(self) -> None:
-        assert self._reader is not None
-        reader = self._reader
+        assert self.intake is not None
         # One drain at a time (the drain lock). Reading the ring and recording happen
         # outside the state lock; feeding holds it, so a reader building its snapshot
-        # waits at most for one feed, never for a recording's piece to close.
-        missing_before = list(reader.missing_by_port)
-        refused_before = [dict(refused) for refused in reader.refused_by_port]
-        columns, lateness, read_ns = reader.poll_with_timing()
-        changes = self._rate_changes(reader.wall_offset_ns)
-        # Where each port's samples switch to a new rate: those at or after the reading.
-        cuts = {
-            index: int(np.searchsorted(columns[index].timestamp_ns, at))
-            for index, (_, at) in changes.items()
-        }
-        if self.trace is not None:
-            slow = self.slow
-            rows = slow.take_rows(reader.wall_offset_ns) if slow is not None else []
-            # Each row with the line rate in force for it; never raises: a failing
-            # recording pauses.
-            self.trace.append(
-                [
-                    self._with_rates(
-                        state, port, changes.get(index, (None, 0))[0], cuts.get(index, 0)
-                    )
-                    for index, (state, port) in enumerate(zip(self._ports, columns, strict=True))
-                ],
-                rows,
-            )
+        # waits at most for one feed, never for a recording's piece to close. A failing
+        # recording pauses (collector.recording): the take never raises for it.
+        taken = self.intake.take(self.slow)
         closed: list[tuple[PortSpec, str, Bursts]] = []
         with self._lock:
-            self._feed_ports(columns, missing_before, refused_before, changes, cuts, closed)
+            for index, state in enumerate(self._ports):
+                self._feed_port(state, index, taken, closed)
             self._generation += 1
-            if lateness.size:
-                seconds = lateness / 1e9
+            if taken.lateness_ns.size:
+                seconds = taken.lateness_ns / 1e9
                 self._lateness += cumulative_counts(seconds, TIMING_BUCKETS_SECONDS)
                 self._lateness_sum += float(seconds.sum())
-            if read_ns.size:
-                seconds = read_ns / 1e9
+            if taken.read_ns.size:
+                seconds = taken.read_ns / 1e9
                 self._reads += cumulative_counts(seconds, TIMING_BUCKETS_SECONDS)
                 self._read_sum += float(seconds.sum())
         for spec, direction, bursts in closed:
             for listener in self.listeners:
                 listener(spec, direction, bursts)
 
-    def _feed_ports(
+    def _feed_port(
         self,
-        columns: list[PortColumns],
-        missing_before: list[int],
-        refused_before: list[dict[tuple[str, str], int]],
-        changes: dict[int, tuple[int, int]],
-        cuts: dict[int, int],
+        state: _PortState,
+        index: int,
+        taken: Taken,
         closed: list[tuple[PortSpec, str, Bursts]],
     ) -> None:
-        """Every port's new samples into its analyzers and live figures (the state lock held)."""
-        reader = self._reader
-        assert reader is not None
-        for index, (state, port) in enumerate(zip(self._ports, columns, strict=True)):
-            state.failed_reads += reader.missing_by_port[index] - missing_before[index]
-            for key, count in reader.refused_by_port[index].items():
-                new = count - refused_before[index].get(key, 0)
-                if new and key not in state.refused:
-                    _LOG.warning(
-                        "%s port %d: counters/%s refused (%s): the port's samples are "
-                        "dropped and rebaselined until it reads well; counted in "
-                        "burstscope_port_refused_readings_total",
-                        state.spec.device,
-                        state.spec.port,
-                        *key,
-                    )
-                if new:
-                    state.refused[key] = state.refused.get(key, 0) + new
-            if index in changes and not port.timestamp_ns.size:
-                self._apply_rate(state, changes[index][0])
-
-            if not port.timestamp_ns.size:
-                continue
-            self._now_ns = max(self._now_ns, int(port.timestamp_ns[-1]))
-            pieces = [slice(None)]
-            if index in changes:
-                pieces = [slice(0, cuts[index]), slice(cuts[index], None)]
-            for number, piece in enumerate(pieces):
-                if number == 1:
-                    self._apply_rate(state, changes[index][0])
-                self._feed(state, port, piece, closed)
-
-    @staticmethod
-    def _with_rates(
-        state: _PortState, port: PortColumns, change: int | None, cut: int
-    ) -> PortColumns:
-        """The port's samples as recorded: each row with the line rate in force for it."""
-        rate = state.spec.line_rate_bytes_per_second
-        if change is None:
-            return dataclasses.replace(port, line_rate_bytes_per_second=rate)
-        rates = np.full(port.timestamp_ns.size, change, dtype=np.int64)
-        rates[:cut] = rate
-        return dataclasses.replace(port, line_rate_bytes_per_second=rates)
+        """One port's new samples into its analyzers and live figures (the state lock held):
+        the rows of each rate in turn, each divided by the rate it states."""
+        state.failed_reads += taken.failed_reads[index]
+        for key, new in taken.refused[index].items():
+            if key not in state.refused:
+                _LOG.warning(
+                    "%s port %d: counters/%s refused (%s): the port's samples are "
+                    "dropped and rebaselined until it reads well; counted in "
+                    "burstscope_port_refused_readings_total",
+                    state.spec.device,
+                    state.spec.port,
+                    *key,
+                )
+            state.refused[key] = state.refused.get(key, 0) + new
+        port = taken.columns[index]
+        stamps = port.timestamp_ns
+        if stamps.size:
+            self._now_ns = max(self._now_ns, int(stamps[-1]))
+            rates = np.broadcast_to(port.line_rate_bytes_per_second, stamps.shape)
+            for run in rate_runs(rates, state.spec.line_rate_bytes_per_second):
+                if run.rate != state.spec.line_rate_bytes_per_second:
+                    self._apply_rate(state, run.rate)
+                self._feed(state, port, run.rows, closed)
+        # A new rate read after the last of these rows applies from the next one.
+        if taken.rates[index] != state.spec.line_rate_bytes_per_second:
+            self._apply_rate(state, taken.rates[index])
 
     def _feed(
         self,
@@ -556,7 +494,7 @@ class Pipeline:
             health = Health(
                 ticks=self._ticks_before + (ring.get(Field.TICKS) if ring else 0),
                 missed_ticks=self._missed_before + (ring.get(Field.MISSED_TICKS) if ring else 0),
-                lost_rows=self._reader.lost_rows if self._reader else 0,
+                lost_rows=self.intake.reader.lost_rows if self.intake else 0,
                 realtime=bool(ring.get(Field.REALTIME)) if ring else False,
                 cpu=ring.get(Field.CPU) if ring else -1,
                 interval_ns=self.interval_ns,
@@ -617,7 +555,7 @@ class Pipeline:
             with contextlib.suppress(Exception):
                 self.slow.stop(final_poll=self.trace is not None)
         self.sampler.stop()
-        if self._reader is not None:
+        if self.intake is not None:
             with contextlib.suppress(Exception):
                 self.drain()
         if self.trace is not None:
@@ -675,7 +613,7 @@ class Pipeline:
         max_gap). A recording goes on: its rows name their port. Raises SamplerError, with
         the old port set sampled again, if the new sampler cannot start.
         """
-        if self._reader is None:
+        if self.intake is None:
             raise RuntimeError("start() first")
         self._in_pipeline_thread(lambda: self._replace_source(source))
         previous = self.slow
@@ -717,7 +655,8 @@ class Pipeline:
             self.source = source
             self.sampler = sampler
             self._ring = ring
-            self._reader = RingReader(ring, source.ports)
+            assert self.intake is not None
+            self.intake.follow(ring, source.ports)
             old.close()
 
 
