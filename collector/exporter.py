@@ -22,8 +22,8 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from burstscope.collector.pipeline import TIMING_BUCKETS_SECONDS, Snapshot
 from burstscope.collector.slow_poller import READ_BUCKETS_SECONDS, CounterState
+from burstscope.collector.snapshot import TIMING_BUCKETS_SECONDS, Snapshot
 from burstscope.collector.sources.base import DATA_RATE_GAUGE
 from burstscope.collector.sources.port_counters import PORT_COUNTER_SPECS
 from burstscope.detectors.config import DIRECTIONS

@@ -4,9 +4,10 @@ Every ``drain_seconds`` the pipeline takes the ring's new rows through its intak
 states the rate in force for each and records them, collector.intake), feeds each port
 direction's analyzer and live figures, and hands closed bursts to listeners (MQTT, the
 terminal view). Readers (the exporter's scrape threads, the terminal view, MQTT) take an
-immutable snapshot: it is built when a reader asks for it, at most once per drain, under
-the lock the feeding holds, so a scrape never sees half an update, never changes anything,
-and nothing is copied for a reader that never comes (Prometheus asks every 15 s).
+immutable snapshot (collector.snapshot): it is built when a reader asks for it, at most
+once per drain, under the lock the feeding holds, so a scrape never sees half an update,
+never changes anything, and nothing is copied for a reader that never comes (Prometheus
+asks every 15 s).
 """
 
 from __future__ import annotations
@@ -23,11 +24,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
 
-from burstscope.collector.discovery import DeviceInfo
 from burstscope.collector.intake import DRAIN_SECONDS, Intake, Taken
-from burstscope.collector.recording import Recording, RecordingHealth
+from burstscope.collector.recording import Recording
 from burstscope.collector.ring import Field, Ring
 from burstscope.collector.sampler import (
     Sampler,
@@ -36,13 +35,19 @@ from burstscope.collector.sampler import (
     tick_description,
     tuning_notes,
 )
-from burstscope.collector.slow_poller import SlowPoller, SlowSnapshot
-from burstscope.collector.sources.base import CounterSource, PortSpec, SlowSource, UnsampledPort
+from burstscope.collector.slow_poller import SlowPoller
+from burstscope.collector.snapshot import (
+    TIMING_BUCKETS_SECONDS,
+    Health,
+    PortView,
+    Snapshot,
+    direction_view,
+)
+from burstscope.collector.sources.base import CounterSource, PortSpec, SlowSource
 from burstscope.collector.trace import PortColumns
 from burstscope.detectors.analyzer import DirectionAnalyzer
 from burstscope.detectors.bursts import Bursts
 from burstscope.detectors.config import DIRECTIONS, Thresholds
-from burstscope.detectors.distributions import utilization_quantile
 from burstscope.detectors.line_rate import rate_runs
 from burstscope.detectors.live import LiveDirection, cumulative_counts
 
@@ -50,8 +55,6 @@ if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs 
     from burstscope.collector.trace import TraceWriter
 
 _LOG = logging.getLogger(__name__)
-# Sampler lateness and read durations, in seconds: 1 us .. 10 ms.
-TIMING_BUCKETS_SECONDS = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2)
 
 # Supervision: a sampler that died or stopped ticking, or a slow poller thread that ended
 # or hung in a read, is restarted after a backoff that doubles from FIRST_RESTART_SECONDS
@@ -69,64 +72,6 @@ SAMPLER_STALL_SECONDS = 5.0
 SLOW_STALL_SECONDS = 30.0
 
 BurstListener = Callable[[PortSpec, str, Bursts], None]
-
-
-@dataclass(frozen=True, slots=True)
-class DirectionView:
-    """What readers see of one port direction."""
-
-    bytes_total: int  # the counter as last read (x4 already), as node_exporter exports it
-    live: LiveDirection  # a copy, owned by the snapshot (LiveDirection.copy)
-    saturated_seconds: float
-    hidden_saturated_seconds: float  # saturated inside coarse windows that look quiet
-    resets: int
-    p99: float | None  # of per-sample utilization since the agent started
-
-
-@dataclass(frozen=True, slots=True)
-class PortView:
-    spec: PortSpec  # line_rate_bytes_per_second: the rate in force (0: unknown)
-    directions: dict[str, DirectionView]
-    failed_reads: int
-    # Data counter readings refused, by (counter file, reason: negative, EIO, ...).
-    refused: dict[tuple[str, str], int] = field(default_factory=dict)
-    rate_changes: int = 0  # times the line rate in force changed while running
-    resolution_ns: int = 0  # finest honest sample interval: max(interval, cache lifetime)
-
-    @property
-    def line_rate_bytes_per_second(self) -> int:
-        return self.spec.line_rate_bytes_per_second
-
-
-@dataclass(frozen=True, slots=True)
-class Health:
-    ticks: int
-    missed_ticks: int
-    lost_rows: int
-    realtime: bool
-    cpu: int
-    interval_ns: int
-    sampler_alive: bool
-    lateness_buckets: npt.NDArray[np.int64]  # cumulative per TIMING_BUCKETS_SECONDS, +Inf
-    lateness_sum_seconds: float
-    read_buckets: npt.NDArray[np.int64]
-    read_sum_seconds: float
-    heartbeat_ns: int
-    restarts: dict[str, int] = field(default_factory=dict)  # by component: sampler, slow_poller
-    sampler_pid: int = 0  # 0 while no sampler process runs
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    source: str
-    now_ns: int  # wall clock of the newest sample
-    ports: tuple[PortView, ...]
-    health: Health
-    slow: SlowSnapshot | None
-    thresholds: Thresholds
-    recording: RecordingHealth | None = None
-    unsampled: tuple[UnsampledPort, ...] = ()  # kept ports not sampled, with why
-    devices: tuple[DeviceInfo, ...] = ()
 
 
 @dataclass(slots=True)
@@ -526,20 +471,15 @@ class Pipeline:
         )
 
     def _view(self, state: _PortState) -> PortView:
-        directions = {}
-        for direction in DIRECTIONS:
-            analyzer = state.analyzers[direction] if state.analyzers is not None else None
-            directions[direction] = DirectionView(
-                bytes_total=state.latest[direction],
-                live=state.live[direction].copy(),
-                saturated_seconds=analyzer.saturated_ns / 1e9 if analyzer else 0.0,
-                hidden_saturated_seconds=analyzer.hidden_saturated_ns / 1e9 if analyzer else 0.0,
-                resets=analyzer.resets if analyzer else 0,
-                p99=utilization_quantile(analyzer.finest_histogram, 0.99) if analyzer else None,
-            )
+        analyzers = state.analyzers or {}
         return PortView(
             state.spec,
-            directions,
+            {
+                direction: direction_view(
+                    state.latest[direction], state.live[direction], analyzers.get(direction)
+                )
+                for direction in DIRECTIONS
+            },
             state.failed_reads,
             dict(state.refused),
             state.rate_changes,
