@@ -7,7 +7,8 @@ terminal view). Readers (the exporter's scrape threads, the terminal view, MQTT)
 immutable snapshot (collector.snapshot): it is built when a reader asks for it, at most
 once per drain, under the lock the feeding holds, so a scrape never sees half an update,
 never changes anything, and nothing is copied for a reader that never comes (Prometheus
-asks every 15 s).
+asks every 15 s). collector.supervisor restarts a failed sampler or slow poller; reloads
+(new thresholds, a new port set) run here, between two drains.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from burstscope.collector.snapshot import (
     direction_view,
 )
 from burstscope.collector.sources.base import CounterSource, PortSpec, SlowSource
+from burstscope.collector.supervisor import Supervisor
 from burstscope.collector.trace import PortColumns
 from burstscope.detectors.analyzer import DirectionAnalyzer
 from burstscope.detectors.bursts import Bursts
@@ -55,21 +57,6 @@ if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs 
     from burstscope.collector.trace import TraceWriter
 
 _LOG = logging.getLogger(__name__)
-
-# Supervision: a sampler that died or stopped ticking, or a slow poller thread that ended
-# or hung in a read, is restarted after a backoff that doubles from FIRST_RESTART_SECONDS
-# to MAX_RESTART_SECONDS and starts over after HEALTHY_SECONDS of good running. More than
-# MAX_RESTARTS restarts within RESTART_WINDOW_SECONDS is a fault restarting does not cure:
-# the pipeline gives up (on_fatal) so the service manager sees the agent fail.
-FIRST_RESTART_SECONDS = 0.25
-MAX_RESTART_SECONDS = 30.0
-HEALTHY_SECONDS = 60.0
-MAX_RESTARTS = 4
-RESTART_WINDOW_SECONDS = 120.0
-# No tick for this long (or three intervals, if longer): the sampler is stalled.
-SAMPLER_STALL_SECONDS = 5.0
-# A slow poll busy for this long (or ten poll intervals, if longer) is stuck.
-SLOW_STALL_SECONDS = 30.0
 
 BurstListener = Callable[[PortSpec, str, Bursts], None]
 
@@ -83,28 +70,6 @@ class _PortState:
     failed_reads: int = 0
     rate_changes: int = 0
     refused: dict[tuple[str, str], int] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _Supervised:
-    """Restart bookkeeping of one supervised component."""
-
-    name: str
-    restarts: int = 0
-    recent: list[float] = field(default_factory=list)  # monotonic times of recent failures
-    backoff: float = FIRST_RESTART_SECONDS
-    restart_at: float | None = None  # set while waiting to restart
-    healthy_since: float = 0.0
-
-    def failed(self, now: float) -> bool:
-        """Record a failure; False when there were too many to keep restarting."""
-        self.recent = [t for t in self.recent if now - t < RESTART_WINDOW_SECONDS]
-        self.recent.append(now)
-        if now - self.healthy_since >= HEALTHY_SECONDS:
-            self.backoff = FIRST_RESTART_SECONDS
-        self.restart_at = now + self.backoff
-        self.backoff = min(self.backoff * 2, MAX_RESTART_SECONDS)
-        return len(self.recent) <= MAX_RESTARTS
 
 
 class Pipeline:
@@ -153,10 +118,13 @@ class Pipeline:
         # Ticks of samplers replaced by a restart or a reload, so the totals stay monotonic.
         self._ticks_before = 0
         self._missed_before = 0
-        self._sampler_watch = _Supervised("sampler")
-        self._slow_watch = _Supervised("slow_poller")
-        self.failure: str | None = None  # why supervision gave up
         self.on_fatal: Callable[[str], None] = lambda reason: None
+        self.supervisor = Supervisor(self, lambda reason: self.on_fatal(reason))
+
+    @property
+    def failure(self) -> str | None:
+        """Why supervision gave up; None while it has not."""
+        return self.supervisor.failure
 
     def _slow_poller(self, sources: Sequence[SlowSource], interval: float) -> SlowPoller | None:
         if not sources:
@@ -211,8 +179,7 @@ class Pipeline:
         )
         if self.slow is not None:
             self.slow.start()
-        now = time.monotonic()
-        self._sampler_watch.healthy_since = self._slow_watch.healthy_since = now
+        self.supervisor.started()
         self._thread = threading.Thread(target=self._run, name="burstscope-pipeline", daemon=True)
         self._thread.start()
 
@@ -231,111 +198,20 @@ class Pipeline:
                     self.drain()
                 except Exception:  # keep serving; the failure shows in the log and health
                     _LOG.exception("pipeline drain failed")
-            if self.failure is None:
-                try:
-                    self._supervise()
-                except Exception:
-                    _LOG.exception("supervising the sampler failed")
+            try:
+                self.supervisor.check()
+            except Exception:
+                _LOG.exception("supervising the sampler failed")
 
-    # -- supervision ------------------------------------------------------------------
-    def _supervise(self) -> None:
-        now = time.monotonic()
-        self._supervise_sampler(now)
-        if self.failure is None and self.slow is not None:
-            self._supervise_slow(self.slow, now)
+    # -- what supervision needs (collector.supervisor) -------------------------------
+    def heartbeat_ns(self) -> int:
+        """CLOCK_MONOTONIC of the sampler's latest tick; 0 before the first."""
+        return self._ring.get(Field.HEARTBEAT_NS) if self._ring is not None else 0
 
-    def _give_up(self, component: str, reason: str) -> None:
-        self.failure = (
-            f"{reason}; {MAX_RESTARTS + 1} failures within {RESTART_WINDOW_SECONDS:g} s: "
-            f"giving up on the {component}"
-        )
-        _LOG.critical("%s", self.failure)
-        self.on_fatal(self.failure)
-
-    def _supervise_sampler(self, now: float) -> None:
-        watch = self._sampler_watch
-        if watch.restart_at is not None:
-            if now >= watch.restart_at:
-                self._restart_sampler(watch, now)
-            return
-        sampler = self.sampler
-        reason = None
-        if not sampler.alive:
-            reason = f"the sampler process died ({sampler.failure()})"
-        elif self._ring is not None:
-            stall_ns = max(SAMPLER_STALL_SECONDS * 1e9, 3 * self.interval_ns)
-            heartbeat = self._ring.get(Field.HEARTBEAT_NS)
-            if heartbeat and time.monotonic_ns() - heartbeat > stall_ns:
-                reason = (
-                    f"the sampler process stalled (pid {sampler.pid}: no tick for "
-                    f"{(time.monotonic_ns() - heartbeat) / 1e9:.1f} s); killed"
-                )
-                sampler.kill()
-        if reason is None:
-            return
+    def adopt_sampler(self, sampler: Sampler, ring: Ring) -> None:
+        """Drain a restarted sampler's ring from now on, the same ports as before."""
         with self._drain_lock:
-            self._drain()  # what it wrote before it went
-        self._restart_later(watch, "sampler", reason, now)
-
-    def _restart_sampler(self, watch: _Supervised, now: float) -> None:
-        watch.restart_at = None
-        candidate = Sampler(self.source, self.sampler.config)
-        try:
-            ring = candidate.start()
-        except SamplerError as exc:
-            candidate.close()
-            reason = f"the sampler did not restart: {exc}"
-            if not watch.failed(now):
-                self._give_up("sampler", reason)
-            else:
-                _LOG.error("%s; trying again in %.2g s", reason, watch.backoff / 2)
-            return
-        with self._drain_lock:
-            self._swap(candidate, self.source, ring)
-        watch.restarts += 1
-        watch.healthy_since = time.monotonic()
-        _LOG.warning(
-            "sampler restarted (pid %s, restart %d); each port's first sample is a new baseline",
-            candidate.pid,
-            watch.restarts,
-        )
-
-    def _supervise_slow(self, slow: SlowPoller, now: float) -> None:
-        watch = self._slow_watch
-        if watch.restart_at is not None:
-            if now >= watch.restart_at:
-                watch.restart_at = None
-                slow.restart()
-                watch.restarts += 1
-                watch.healthy_since = now
-                _LOG.warning("slow poller restarted (restart %d)", watch.restarts)
-            return
-        reason = None
-        busy_since = slow.busy_since_ns
-        stall_ns = max(SLOW_STALL_SECONDS, 10 * slow.interval_seconds) * 1e9
-        if not slow.alive:
-            reason = f"the slow poller thread ended ({slow.failure or 'no reason given'})"
-        elif busy_since is not None and time.monotonic_ns() - busy_since > stall_ns:
-            reason = (
-                f"the slow poller is stuck reading {slow.busy_source} for "
-                f"{(time.monotonic_ns() - busy_since) / 1e9:.0f} s"
-            )
-        if reason is None:
-            return
-        self._restart_later(watch, "slow poller", reason, now)
-
-    def _restart_later(self, watch: _Supervised, name: str, reason: str, now: float) -> None:
-        """Schedule a restart after the backoff, or give up after too many failures."""
-        if not watch.failed(now):
-            self._give_up(name, reason)
-            return
-        assert watch.restart_at is not None
-        _LOG.error(
-            "%s; restarting it in %.2g s (restart %d)",
-            reason,
-            watch.restart_at - now,
-            watch.restarts + 1,
-        )
+            self._swap(sampler, self.source, ring)
 
     def drain(self) -> None:
         """Move whatever the sampler wrote since the last drain through the detectors.
@@ -448,10 +324,8 @@ class Pipeline:
                 lateness_sum_seconds=self._lateness_sum,
                 read_buckets=self._reads.copy(),
                 read_sum_seconds=self._read_sum,
-                heartbeat_ns=ring.get(Field.HEARTBEAT_NS) if ring else 0,
-                restarts={
-                    watch.name: watch.restarts for watch in (self._sampler_watch, self._slow_watch)
-                },
+                heartbeat_ns=self.heartbeat_ns(),
+                restarts=self.supervisor.restarts,
                 sampler_pid=ring.get(Field.PID) if ring and self.sampler.alive else 0,
             )
             now = self._views_now_ns

@@ -152,7 +152,7 @@ class SlowPoller:
         self._stop = threading.Event()
         self._final_poll = False
         self._thread: threading.Thread | None = None
-        # Supervision (collector.pipeline): a thread that ended is restarted; one stuck in a
+        # Supervision (collector.supervisor): a thread that ended is restarted; one stuck in a
         # read is replaced by a new thread (generation) and left to return on its own.
         self._generation = 0
         self.failure: str | None = None
