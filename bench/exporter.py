@@ -89,7 +89,7 @@ class LatenessTap:
     def __init__(self, pipeline: Any) -> None:
         self.chunks: list[npt.NDArray[np.int64]] = []
         self._lock = threading.Lock()
-        reader = pipeline._reader  # the pipeline's own reader: no second consumer of the ring
+        reader = pipeline.intake.reader  # the pipeline's own reader: no second consumer
         original: Callable[[], tuple[Any, npt.NDArray[np.int64], Any]] = reader.poll_with_timing
 
         def tapped() -> tuple[Any, npt.NDArray[np.int64], Any]:

@@ -26,6 +26,7 @@ from burstscope.collector.config import AgentConfig, ConfigError, load_config
 from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
 from burstscope.collector.exporter import BurstscopeCollector
 from burstscope.collector.http import DEFAULT_LISTEN, HttpError, MetricsServer, TlsConfig
+from burstscope.collector.intake import AGENT_DRAIN_SECONDS
 from burstscope.collector.mqtt import (
     MqttHandle,
     MqttSettings,
@@ -33,7 +34,7 @@ from burstscope.collector.mqtt import (
     attach_mqtt,
     mqtt_settings_from_args,
 )
-from burstscope.collector.pipeline import AGENT_DRAIN_SECONDS, Pipeline, wait_for_first_sample
+from burstscope.collector.pipeline import Pipeline, wait_for_first_sample
 from burstscope.collector.recording import Recording, Retention
 from burstscope.collector.sampler import SamplerConfig, SamplerError, parse_interval
 from burstscope.collector.sources.base import CounterSource
@@ -233,7 +234,7 @@ class Agent:
         drain_seconds: float = AGENT_DRAIN_SECONDS,
     ) -> None:
         """``drain_seconds``: how often the detectors catch up with the sampler; a live
-        view on the same pipeline (the demo) wants collector.pipeline.DRAIN_SECONDS."""
+        view on the same pipeline (the demo) wants collector.intake.DRAIN_SECONDS."""
         self.settings = settings
         self.pipeline = Pipeline(
             settings.source,

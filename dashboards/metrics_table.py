@@ -27,7 +27,7 @@ def _families() -> dict[str, tuple[str, list[str]]]:
     import numpy as np
 
     from burstscope.collector.exporter import BurstscopeCollector
-    from burstscope.collector.pipeline import (
+    from burstscope.collector.snapshot import (
         TIMING_BUCKETS_SECONDS,
         DirectionView,
         Health,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from burstscope.collector.pipeline import DirectionView, Health, PortView, Snapshot
+from burstscope.collector.snapshot import DirectionView, Health, PortView, Snapshot
 from burstscope.collector.sources.base import PortSpec
 from burstscope.detectors.analyzer import DirectionAnalyzer
 from burstscope.detectors.config import Thresholds
