@@ -27,18 +27,18 @@ def _families() -> dict[str, tuple[str, list[str]]]:
     import numpy as np
 
     from burstscope.collector.exporter import BurstscopeCollector
+    from burstscope.collector.slow_poller import (
+        READ_BUCKETS_SECONDS,
+        CounterState,
+        SlowSnapshot,
+        SourceHealth,
+    )
     from burstscope.collector.snapshot import (
         TIMING_BUCKETS_SECONDS,
         DirectionView,
         Health,
         PortView,
         Snapshot,
-    )
-    from burstscope.collector.slow_poller import (
-        READ_BUCKETS_SECONDS,
-        CounterState,
-        SlowSnapshot,
-        SourceHealth,
     )
     from burstscope.collector.sources.base import PortSpec
     from burstscope.detectors.config import Thresholds
