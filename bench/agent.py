@@ -27,7 +27,7 @@
 5. CPU time of ``burstscope --version`` and ``burstscope discover --sysfs-root DIR``
    (getrusage of the child), the best of three.
 
-CPU figures are percent of one core over the window. Targets (issue 12), each with its
+CPU figures are percent of one core over the window. Targets, each with its
 verdict under ``targets``: whole agent CPU <= 2.0x the C loop (each source), main process
 <= 3% of a core, PSS of the tree <= 100 MB, scrape p99 <= 20 ms, missed ticks <= the C
 loop's + 0.001, ready <= 2 s, ``--version`` and ``discover`` <= 0.25 s CPU. The

@@ -22,8 +22,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from burstscope.collector.capture.decode import decode
-from burstscope.collector.capture.pcap import NANOSECOND_MAGIC, parse_pcap
+from burstscope.capture.decode import decode
+from burstscope.capture.pcap import NANOSECOND_MAGIC, parse_pcap
 
 SNAPLEN = 128
 
@@ -100,7 +100,7 @@ def scapy_rate(raw: bytes, packets: int) -> float:
 def generator_share(seconds: float) -> tuple[float | None, str | None]:
     if os.geteuid() != 0:
         return None, "needs root to build the namespace testbed"
-    from burstscope.collector.testbed import RECEIVER_ADDRESS, SENDER_ADDRESS, Testbed, TestbedError
+    from burstscope.testing.testbed import RECEIVER_ADDRESS, SENDER_ADDRESS, Testbed, TestbedError
 
     try:
         with Testbed() as bed, tempfile.TemporaryDirectory() as work:
@@ -111,7 +111,7 @@ def generator_share(seconds: float) -> tuple[float | None, str | None]:
                     *(
                         sys.executable,
                         "-m",
-                        "burstscope.collector.rocegen",
+                        "burstscope.testing.rocegen",
                         "--duration",
                         str(seconds),
                     ),

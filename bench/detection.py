@@ -6,21 +6,21 @@
   a divide per sample, same blocks), the floor any detector pays.
 - streaming_us_per_sample: ``DirectionAnalyzer.feed`` with 100 ms chunks (100 samples).
 - pipeline_us_per_sample: what the agent's pipeline does per port direction and drain
-  (``burstscope.collector.pipeline.AGENT_DRAIN_SECONDS`` of 1 ms samples per chunk): the analyzer as
+  (``burstscope.collector.intake.AGENT_DRAIN_SECONDS`` of 1 ms samples per chunk): the analyzer as
   the pipeline builds it plus ``LiveDirection.update``, amortized per sample, in CPU time
   of this process (``time.process_time``: on a shared machine wall time counts the other
   tenants' load too); ``pipeline_wall_us_per_sample`` beside it.
 - report_seconds, report_peak_bytes: ``burstscope report --json`` in a subprocess on a
   generated 1-hour, 9-port, 1 ms trace written with collector.trace.TraceWriter; peak
   memory is the child's maximum resident set size (getrusage RUSAGE_CHILDREN).
-- with ``--baseline REF`` (a git commit, e.g. main before issue 18): the same report run by
+- with ``--baseline REF`` (a git commit, e.g. 001ecb6, the last before the compact trace
+  encoding and the faster detectors): the same report run by
   that commit's code (``git archive REF``) and by this code on the same trace in the same
   run, and the ratio. That trace is the generated one with its time column as nanoseconds
   (``timestamp_ns``), as traces were before the compact encoding, so that a reader from
   before it can read it; ``report_seconds`` stays this code on the trace as written.
-Targets (issues 3 and 18): batch >= 0.15 x the bare numpy reference of the same run,
-streaming <= 2 us/sample, report <= 2 GB, and with --baseline report <= 0.5 x the baseline;
-(issue 12) pipeline <= 0.5 us/sample.
+Targets: batch >= 0.15 x the bare numpy reference of the same run, streaming <= 2 us/sample,
+pipeline <= 0.5 us/sample, report <= 2 GB, and with --baseline report <= 0.5 x the baseline.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from burstscope.collector.intake import AGENT_DRAIN_SECONDS  # noqa: E402
 from burstscope.collector.trace import PortColumns, SlowRow, TraceWriter  # noqa: E402
 from burstscope.collector.trace.schema import (  # noqa: E402
     RCV_UNITS,
@@ -55,9 +56,8 @@ from burstscope.detectors.analyzer import BATCH_BLOCK, DirectionAnalyzer, analyz
 from burstscope.detectors.counters import RESETTING_64  # noqa: E402
 from burstscope.detectors.live import LiveDirection  # noqa: E402
 
-# The agent's drain cadence (collector.pipeline.AGENT_DRAIN_SECONDS), in 1 ms samples; not
-# imported, so this benchmark stays on the detectors and the trace format.
-AGENT_DRAIN_SAMPLES = 1000
+# The agent's drain cadence, in 1 ms samples.
+AGENT_DRAIN_SAMPLES = round(AGENT_DRAIN_SECONDS * 1000)
 
 RATE = 50_000_000_000  # 400 Gb/s in bytes per second
 MS = 1_000_000

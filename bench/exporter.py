@@ -24,11 +24,11 @@ Figures:
 - ``missed_ticks_quiet`` / ``missed_ticks_storm``: deadlines skipped in each phase.
 - ``series`` and ``scrape_bytes``: size of one exposition.
 
-Targets (issue 4): ``scrape_p99_ms`` <= 20, ``lateness_p99_growth`` <= 0.20,
+Targets: ``scrape_p99_ms`` <= 20, ``lateness_p99_growth`` <= 0.20,
 ``missed_ticks_storm`` <= ``missed_ticks_quiet``. ``--json`` prints exactly one JSON line.
 
 The emulated node (``EmulatedNode``, ``CounterWriter``, ``running_agent``) lives in
-tests/emulated_node.py, shared with the exposition and Prometheus tests.
+burstscope/testing/emulated_node.py, shared with the exposition and Prometheus tests.
 """
 
 from __future__ import annotations
@@ -49,10 +49,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(_ROOT))
-
-from tests.emulated_node import (  # noqa: E402
+from burstscope.testing.emulated_node import (
     DATA_FILES,
     CounterWriter,
     EmulatedNode,
@@ -92,7 +89,7 @@ class LatenessTap:
     def __init__(self, pipeline: Any) -> None:
         self.chunks: list[npt.NDArray[np.int64]] = []
         self._lock = threading.Lock()
-        reader = pipeline._reader  # the pipeline's own reader: no second consumer of the ring
+        reader = pipeline.intake.reader  # the pipeline's own reader: no second consumer
         original: Callable[[], tuple[Any, npt.NDArray[np.int64], Any]] = reader.poll_with_timing
 
         def tapped() -> tuple[Any, npt.NDArray[np.int64], Any]:

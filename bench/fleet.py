@@ -7,7 +7,7 @@ of a real ``burstscope agent --source sim`` taken at the start of the run give e
 series and, for counters, its rate; every node then serves those series with its
 counters advancing at that rate from its own offset. A share of the nodes is quiet (all
 1 ms samples under 1% of line rate, low peaks) so alerts can be checked for firing on the
-saturated nodes only. The fleet itself is tests/simulated_fleet.py. Prometheus
+saturated nodes only. The fleet itself is burstscope/testing/simulated_fleet.py. Prometheus
 (Debian's ``prometheus``) scrapes every 15 s with both rule files and the host relabelling,
 first live for 7 minutes from an empty TSDB (rule evaluation times), then restarted on the
 same TSDB with 6 h of history backfilled (``promtool tsdb create-blocks-from
@@ -16,7 +16,7 @@ openmetrics``) of what the default views read, to time every panel.
 Reports: series in the head and per port, scrape duration p99, each rule group's and
 rule's evaluation times (highest, median, how many over 2 s), the latency of every panel
 query of both dashboards over 1 h and 6 h through the HTTP API, and Prometheus' peak RSS
-(VmHWM). Targets (issue 16):
+(VmHWM). Targets:
 default views <= 1 s over 6 h, all variables at "All" <= 2 s over 1 h, each rule group
 <= 2 s, peak RSS <= 3 GB, <= 60 series per port. ``--json`` prints one JSON line.
 The fleet overview's default view is its all-"All" view; the drill-down shows one node
@@ -39,11 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(_ROOT))
-
-from tests.processes import free_port  # noqa: E402
-from tests.simulated_fleet import (  # noqa: E402
+from burstscope.testing.processes import free_port
+from burstscope.testing.simulated_fleet import (
     Fleet,
     Node,
     Prometheus,

@@ -15,7 +15,7 @@ Generates ``--nodes`` simulated nodes of one job (``burstscope simulate --host``
   the three alternated, best of three, every run listed in runs_seconds;
 - identical: the JSON documents are equal byte for byte;
 - a projection for 590 nodes x 1 hour from the measured cost per node-hour.
-Targets (issue 18): bytes/row <= 4; writer CPU <= 1.2x and reader rows/s >= 1x the previous
+Targets: bytes/row <= 4; writer CPU <= 1.2x and reader rows/s >= 1x the previous
 settings; Dask <= 0.65x the single-process time; peak RSS per worker <= 1 GiB.
 """
 

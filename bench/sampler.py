@@ -33,10 +33,10 @@ Figures, computed the same way for both (``numpy.percentile``, linear interpolat
   ``cpu_ratio_vs_c`` = sampler-process CPU seconds / C CPU seconds.
 
 ``--json`` prints one JSON object per line: first the 1 ms / 18-file configuration (the
-issue's headline line), then the 100 us / 2-file one, with the same fields;
-``"configuration"`` names which. Lines rather than one nested object so each line stays the
-flat record the issue asks for and ``[json.loads(line) for line in out.splitlines()]``
-reads them all. Without ``--json``, a readable summary. Targets (issue 2, 2 cores):
+headline figures), then the 100 us / 2-file one, with the same fields; ``"configuration"``
+names which. Lines rather than one nested object so each line stays a flat record and
+``[json.loads(line) for line in out.splitlines()]`` reads them all. Without ``--json``, a
+readable summary. Targets (on 2 cores):
 ``cpu_ratio_vs_c`` <= 1.5, ``missed_tick_fraction`` <= 0.001, ``read_window_p99_us`` <= 50.
 """
 

@@ -26,8 +26,7 @@ from burstscope.collector.config import AgentConfig, ConfigError, load_config
 from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
 from burstscope.collector.exporter import BurstscopeCollector
 from burstscope.collector.http import DEFAULT_LISTEN, HttpError, MetricsServer, TlsConfig
-from burstscope.collector.logging_journal import setup_logging as setup_journal_logging
-from burstscope.collector.logging_journal import stderr_is_journal
+from burstscope.collector.intake import AGENT_DRAIN_SECONDS
 from burstscope.collector.mqtt import (
     MqttHandle,
     MqttSettings,
@@ -35,14 +34,16 @@ from burstscope.collector.mqtt import (
     attach_mqtt,
     mqtt_settings_from_args,
 )
-from burstscope.collector.pipeline import AGENT_DRAIN_SECONDS, Pipeline, wait_for_first_sample
+from burstscope.collector.pipeline import Pipeline, wait_for_first_sample
 from burstscope.collector.recording import Recording, Retention
 from burstscope.collector.sampler import SamplerConfig, SamplerError, parse_interval
-from burstscope.collector.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
 from burstscope.collector.sources.base import CounterSource
 from burstscope.collector.trace import DIRECTORY_MODE, TraceError, TraceInfo
 from burstscope.detectors.config import Thresholds
 from burstscope.errors import UsageError
+from burstscope.logging_journal import setup_logging as setup_journal_logging
+from burstscope.logging_journal import stderr_is_journal
+from burstscope.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
 
 if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs it
     from burstscope.collector.trace import TraceWriter
@@ -233,7 +234,7 @@ class Agent:
         drain_seconds: float = AGENT_DRAIN_SECONDS,
     ) -> None:
         """``drain_seconds``: how often the detectors catch up with the sampler; a live
-        view on the same pipeline (the demo) wants collector.pipeline.DRAIN_SECONDS."""
+        view on the same pipeline (the demo) wants collector.intake.DRAIN_SECONDS."""
         self.settings = settings
         self.pipeline = Pipeline(
             settings.source,

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 
 from burstscope import __version__
-from burstscope.collector.logging_journal import stderr_is_journal
 from burstscope.errors import UsageError
+from burstscope.logging_journal import stderr_is_journal
 
 # Adding a command touches its module (which defines ``register(parser)`` and sets
 # ``func``) and this table: name and the one line ``burstscope -h`` shows.

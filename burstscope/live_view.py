@@ -19,8 +19,9 @@ from rich.table import Table
 
 from burstscope.agent import AgentSettings
 from burstscope.arguments import PLAIN_EVERY_SECONDS
-from burstscope.collector.pipeline import Pipeline, Snapshot
+from burstscope.collector.pipeline import Pipeline
 from burstscope.collector.sampler import SamplerError
+from burstscope.collector.snapshot import Snapshot
 from burstscope.errors import UsageError
 from burstscope.invocation import stop_on_signals
 from burstscope.top_view import plain_lines, table

@@ -40,6 +40,7 @@ from burstscope.detectors.fleet import (
     fleet_synchrony,
     saturated_milliseconds,
 )
+from burstscope.detectors.line_rate import rate_runs
 from burstscope.detectors.scales import peak_envelope
 from burstscope.detectors.synchrony import Synchrony, synchrony
 from burstscope.errors import UsageError
@@ -375,27 +376,20 @@ class _Port:
         if self.options.line_rate is not None or rates is None or not rates.size:
             self._gather(samples)
             return
-        if int(rates[0]) == self.line_rate and int(rates.min()) == int(rates.max()):
-            self._gather(samples)  # the usual piece: the rate in force throughout
-            return
-        # Rows without a known rate (0) keep the rate in force.
-        known = np.where(rates > 0, rates, 0)
-        runs = np.flatnonzero((known != 0) & (known != np.roll(known, 1)))
-        starts = [0, *[int(i) for i in runs if i > 0]]
-        for number, start in enumerate(starts):
-            stop = starts[number + 1] if number + 1 < len(starts) else None
-            rate = int(known[start])
-            if rate > 0 and rate != self.line_rate:
+        runs = rate_runs(rates, self.line_rate or 0)
+        for run in runs:
+            if run.rate > 0 and run.rate != self.line_rate:
                 self._flush()
                 self.warnings.append(
                     f"line rate changed from {(self.line_rate or 0) * 8 / 1e9:g} to "
-                    f"{rate * 8 / 1e9:g} Gb/s at {int(samples.timestamp_ns[start])} ns; "
-                    "each interval is divided by the rate in force"
+                    f"{run.rate * 8 / 1e9:g} Gb/s at {int(samples.timestamp_ns[run.rows.start])} "
+                    "ns; each interval is divided by the rate in force"
                 )
-                self.line_rate = rate
+                self.line_rate = run.rate
                 for direction in self.directions:
-                    direction.analyzer.set_line_rate(rate)
-            self._gather(samples if len(starts) == 1 else _rows(samples, slice(start, stop)))
+                    direction.analyzer.set_line_rate(run.rate)
+            # The usual piece is one run: the rate in force throughout.
+            self._gather(samples if len(runs) == 1 else _rows(samples, run.rows))
 
     def _gather(self, samples: PortSamples) -> None:
         size = samples.timestamp_ns.size

@@ -19,7 +19,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from burstscope.collector.pipeline import Snapshot
+from burstscope.collector.snapshot import Snapshot
 from burstscope.detectors.config import DIRECTIONS
 from burstscope.detectors.congestion import CNPS, ECN_MARKED
 

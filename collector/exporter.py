@@ -22,8 +22,14 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from burstscope.collector.pipeline import TIMING_BUCKETS_SECONDS, DirectionView, PortView, Snapshot
 from burstscope.collector.slow_poller import READ_BUCKETS_SECONDS, CounterState
+from burstscope.collector.snapshot import (
+    TIMING_BUCKETS_SECONDS,
+    DirectionView,
+    PortView,
+    Snapshot,
+)
+from burstscope.collector.sources.base import DATA_RATE_GAUGE
 from burstscope.collector.sources.port_counters import PORT_COUNTER_SPECS
 from burstscope.detectors.config import DIRECTIONS
 from burstscope.detectors.congestion import CONGESTION_PACKET_COUNTERS
@@ -302,7 +308,7 @@ class BurstscopeCollector(Collector):
                 out.gauge("burstscope_port_state", PORT, key, state.value)
             elif name == "phys_state":
                 out.gauge("burstscope_port_physical_state", PORT, key, state.value)
-            elif name == "data_rate_bytes_per_second" and (state.device, state.port) in unsampled:
+            elif name == DATA_RATE_GAUGE and (state.device, state.port) in unsampled:
                 # A port kept without sampling still shows its line rate (the data rate).
                 if state.value > 0:
                     out.gauge("burstscope_port_line_rate_bytes_per_second", PORT, key, state.value)

@@ -1,11 +1,14 @@
 """The agent's consumer side: sampler ring -> streaming detectors -> live state, in one thread.
 
-Every ``drain_seconds`` the pipeline drains the ring, feeds each port direction's analyzer
-and live figures, and hands closed bursts to listeners (MQTT, the terminal view). Readers
-(the exporter's scrape threads, the terminal view, MQTT) take an immutable snapshot: it is
-built when a reader asks for it, at most once per drain, under the lock the feeding holds,
-so a scrape never sees half an update, never changes anything, and nothing is copied for
-a reader that never comes (Prometheus asks every 15 s; the drain runs ten times as often).
+Every ``drain_seconds`` the pipeline takes the ring's new rows through its intake (which
+states the rate in force for each and records them, collector.intake), feeds each port
+direction's analyzer and live figures, and hands closed bursts to listeners (MQTT, the
+terminal view). Readers (the exporter's scrape threads, the terminal view, MQTT) take an
+immutable snapshot (collector.snapshot): it is built when a reader asks for it, at most
+once per drain, under the lock the feeding holds, so a scrape never sees half an update,
+never changes anything, and nothing is copied for a reader that never comes (Prometheus
+asks every 15 s). collector.supervisor restarts a failed sampler or slow poller; reloads
+(new thresholds, a new port set) run here, between two drains.
 """
 
 from __future__ import annotations
@@ -22,11 +25,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
 
-from burstscope.collector.discovery import DeviceInfo
-from burstscope.collector.recording import Recording, RecordingHealth
-from burstscope.collector.ring import Field, Ring, RingReader
+from burstscope.collector.intake import DRAIN_SECONDS, Intake, Taken
+from burstscope.collector.recording import Recording
+from burstscope.collector.ring import Field, Ring
 from burstscope.collector.sampler import (
     Sampler,
     SamplerConfig,
@@ -34,104 +36,29 @@ from burstscope.collector.sampler import (
     tick_description,
     tuning_notes,
 )
-from burstscope.collector.slow_poller import SlowPoller, SlowSnapshot
-from burstscope.collector.sources.base import CounterSource, PortSpec, SlowSource, UnsampledPort
+from burstscope.collector.slow_poller import SlowPoller
+from burstscope.collector.snapshot import (
+    TIMING_BUCKETS_SECONDS,
+    Health,
+    PortView,
+    Snapshot,
+    direction_view,
+)
+from burstscope.collector.sources.base import CounterSource, PortSpec, SlowSource
+from burstscope.collector.supervisor import Supervisor
 from burstscope.collector.trace import PortColumns
 from burstscope.detectors.analyzer import DirectionAnalyzer
 from burstscope.detectors.bursts import Bursts
 from burstscope.detectors.config import DIRECTIONS, Thresholds
-from burstscope.detectors.distributions import utilization_quantile
+from burstscope.detectors.line_rate import rate_runs
 from burstscope.detectors.live import LiveDirection, cumulative_counts
 
 if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs it
     from burstscope.collector.trace import TraceWriter
 
 _LOG = logging.getLogger(__name__)
-# How often the ring is drained through the detectors. Each drain costs a fixed numpy
-# overhead per port direction, so fewer, larger drains cost less per sample (bench/detection.py
-# measures both); the agent drains every second, the interactive view ten times a second.
-DRAIN_SECONDS = 0.1
-AGENT_DRAIN_SECONDS = 1.0
-# Sampler lateness and read durations, in seconds: 1 us .. 10 ms.
-TIMING_BUCKETS_SECONDS = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2)
-
-# Supervision: a sampler that died or stopped ticking, or a slow poller thread that ended
-# or hung in a read, is restarted after a backoff that doubles from FIRST_RESTART_SECONDS
-# to MAX_RESTART_SECONDS and starts over after HEALTHY_SECONDS of good running. More than
-# MAX_RESTARTS restarts within RESTART_WINDOW_SECONDS is a fault restarting does not cure:
-# the pipeline gives up (on_fatal) so the service manager sees the agent fail.
-FIRST_RESTART_SECONDS = 0.25
-MAX_RESTART_SECONDS = 30.0
-HEALTHY_SECONDS = 60.0
-MAX_RESTARTS = 4
-RESTART_WINDOW_SECONDS = 120.0
-# No tick for this long (or three intervals, if longer): the sampler is stalled.
-SAMPLER_STALL_SECONDS = 5.0
-# A slow poll busy for this long (or ten poll intervals, if longer) is stuck.
-SLOW_STALL_SECONDS = 30.0
 
 BurstListener = Callable[[PortSpec, str, Bursts], None]
-# The slow gauge every source's slow companions report as the utilization denominator: the
-# data rate after line encoding, or the operator's override (0 or absent: unknown).
-DATA_RATE = "data_rate_bytes_per_second"
-
-
-@dataclass(frozen=True, slots=True)
-class DirectionView:
-    """What readers see of one port direction."""
-
-    bytes_total: int  # the counter as last read (x4 already), as node_exporter exports it
-    live: LiveDirection  # a copy, owned by the snapshot (LiveDirection.copy)
-    saturated_seconds: float
-    hidden_saturated_seconds: float  # saturated inside coarse windows that look quiet
-    resets: int
-    p99: float | None  # of per-sample utilization since the agent started
-
-
-@dataclass(frozen=True, slots=True)
-class PortView:
-    spec: PortSpec  # line_rate_bytes_per_second: the rate in force (0: unknown)
-    directions: dict[str, DirectionView]
-    failed_reads: int
-    # Data counter readings refused, by (counter file, reason: negative, EIO, ...).
-    refused: dict[tuple[str, str], int] = field(default_factory=dict)
-    rate_changes: int = 0  # times the line rate in force changed while running
-    resolution_ns: int = 0  # finest honest sample interval: max(interval, cache lifetime)
-
-    @property
-    def line_rate_bytes_per_second(self) -> int:
-        return self.spec.line_rate_bytes_per_second
-
-
-@dataclass(frozen=True, slots=True)
-class Health:
-    ticks: int
-    missed_ticks: int
-    lost_rows: int
-    realtime: bool
-    cpu: int
-    interval_ns: int
-    sampler_alive: bool
-    lateness_buckets: npt.NDArray[np.int64]  # cumulative per TIMING_BUCKETS_SECONDS, +Inf
-    lateness_sum_seconds: float
-    read_buckets: npt.NDArray[np.int64]
-    read_sum_seconds: float
-    heartbeat_ns: int
-    restarts: dict[str, int] = field(default_factory=dict)  # by component: sampler, slow_poller
-    sampler_pid: int = 0  # 0 while no sampler process runs
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    source: str
-    now_ns: int  # wall clock of the newest sample
-    ports: tuple[PortView, ...]
-    health: Health
-    slow: SlowSnapshot | None
-    thresholds: Thresholds
-    recording: RecordingHealth | None = None
-    unsampled: tuple[UnsampledPort, ...] = ()  # kept ports not sampled, with why
-    devices: tuple[DeviceInfo, ...] = ()
 
 
 @dataclass(slots=True)
@@ -143,28 +70,6 @@ class _PortState:
     failed_reads: int = 0
     rate_changes: int = 0
     refused: dict[tuple[str, str], int] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _Supervised:
-    """Restart bookkeeping of one supervised component."""
-
-    name: str
-    restarts: int = 0
-    recent: list[float] = field(default_factory=list)  # monotonic times of recent failures
-    backoff: float = FIRST_RESTART_SECONDS
-    restart_at: float | None = None  # set while waiting to restart
-    healthy_since: float = 0.0
-
-    def failed(self, now: float) -> bool:
-        """Record a failure; False when there were too many to keep restarting."""
-        self.recent = [t for t in self.recent if now - t < RESTART_WINDOW_SECONDS]
-        self.recent.append(now)
-        if now - self.healthy_since >= HEALTHY_SECONDS:
-            self.backoff = FIRST_RESTART_SECONDS
-        self.restart_at = now + self.backoff
-        self.backoff = min(self.backoff * 2, MAX_RESTART_SECONDS)
-        return len(self.recent) <= MAX_RESTARTS
 
 
 class Pipeline:
@@ -197,7 +102,7 @@ class Pipeline:
         self._requests: queue.SimpleQueue[tuple[Callable[[], None], Future[None]]] = (
             queue.SimpleQueue()
         )
-        self._reader: RingReader | None = None
+        self.intake: Intake | None = None  # once started: the ring, drained
         self._ring: Ring | None = None
         self._now_ns = 0
         self._lateness = np.zeros(len(TIMING_BUCKETS_SECONDS) + 1, dtype=np.int64)
@@ -213,10 +118,13 @@ class Pipeline:
         # Ticks of samplers replaced by a restart or a reload, so the totals stay monotonic.
         self._ticks_before = 0
         self._missed_before = 0
-        self._sampler_watch = _Supervised("sampler")
-        self._slow_watch = _Supervised("slow_poller")
-        self.failure: str | None = None  # why supervision gave up
         self.on_fatal: Callable[[str], None] = lambda reason: None
+        self.supervisor = Supervisor(self, lambda reason: self.on_fatal(reason))
+
+    @property
+    def failure(self) -> str | None:
+        """Why supervision gave up; None while it has not."""
+        return self.supervisor.failure
 
     def _slow_poller(self, sources: Sequence[SlowSource], interval: float) -> SlowPoller | None:
         if not sources:
@@ -244,25 +152,6 @@ class Pipeline:
         state.latest = dict.fromkeys(DIRECTIONS, 0)
         return state
 
-    def _rate_changes(self, offset_ns: int) -> dict[int, tuple[int, int]]:
-        """Ports whose data rate, as the slow sources last read it, differs from the rate in
-        force: port index -> (new rate, wall-clock time of the reading)."""
-        if self.slow is None:
-            return {}
-        rates = self.slow.gauge(DATA_RATE)
-        changes = {}
-        for index, state in enumerate(self._ports):
-            found = rates.get((state.spec.device, state.spec.port))
-            # An unreadable rate (0) keeps the last usable one: utilization stays honest
-            # for the link as last seen, and a link that lost its width carries nothing.
-            if (
-                found is not None
-                and found[0] > 0
-                and found[0] != state.spec.line_rate_bytes_per_second
-            ):
-                changes[index] = (found[0], found[1] + offset_ns)
-        return changes
-
     def _apply_rate(self, state: _PortState, rate: int) -> None:
         old = state.spec.line_rate_bytes_per_second
         state.spec = dataclasses.replace(state.spec, line_rate_bytes_per_second=rate)
@@ -285,11 +174,12 @@ class Pipeline:
         """Start sampling; raises SamplerError if the sampler process cannot start."""
         self._ring = self.sampler.start()
         _LOG.debug("sampler: %s", tick_description(self._ring))
-        self._reader = RingReader(self._ring, self.source.ports)
+        self.intake = Intake(
+            self._ring, self.source.ports, self.trace.append if self.trace is not None else None
+        )
         if self.slow is not None:
             self.slow.start()
-        now = time.monotonic()
-        self._sampler_watch.healthy_since = self._slow_watch.healthy_since = now
+        self.supervisor.started()
         self._thread = threading.Thread(target=self._run, name="burstscope-pipeline", daemon=True)
         self._thread.start()
 
@@ -308,111 +198,20 @@ class Pipeline:
                     self.drain()
                 except Exception:  # keep serving; the failure shows in the log and health
                     _LOG.exception("pipeline drain failed")
-            if self.failure is None:
-                try:
-                    self._supervise()
-                except Exception:
-                    _LOG.exception("supervising the sampler failed")
+            try:
+                self.supervisor.check()
+            except Exception:
+                _LOG.exception("supervising the sampler failed")
 
-    # -- supervision ------------------------------------------------------------------
-    def _supervise(self) -> None:
-        now = time.monotonic()
-        self._supervise_sampler(now)
-        if self.failure is None and self.slow is not None:
-            self._supervise_slow(self.slow, now)
+    # -- what supervision needs (collector.supervisor) -------------------------------
+    def heartbeat_ns(self) -> int:
+        """CLOCK_MONOTONIC of the sampler's latest tick; 0 before the first."""
+        return self._ring.get(Field.HEARTBEAT_NS) if self._ring is not None else 0
 
-    def _give_up(self, component: str, reason: str) -> None:
-        self.failure = (
-            f"{reason}; {MAX_RESTARTS + 1} failures within {RESTART_WINDOW_SECONDS:g} s: "
-            f"giving up on the {component}"
-        )
-        _LOG.critical("%s", self.failure)
-        self.on_fatal(self.failure)
-
-    def _supervise_sampler(self, now: float) -> None:
-        watch = self._sampler_watch
-        if watch.restart_at is not None:
-            if now >= watch.restart_at:
-                self._restart_sampler(watch, now)
-            return
-        sampler = self.sampler
-        reason = None
-        if not sampler.alive:
-            reason = f"the sampler process died ({sampler.failure()})"
-        elif self._ring is not None:
-            stall_ns = max(SAMPLER_STALL_SECONDS * 1e9, 3 * self.interval_ns)
-            heartbeat = self._ring.get(Field.HEARTBEAT_NS)
-            if heartbeat and time.monotonic_ns() - heartbeat > stall_ns:
-                reason = (
-                    f"the sampler process stalled (pid {sampler.pid}: no tick for "
-                    f"{(time.monotonic_ns() - heartbeat) / 1e9:.1f} s); killed"
-                )
-                sampler.kill()
-        if reason is None:
-            return
+    def adopt_sampler(self, sampler: Sampler, ring: Ring) -> None:
+        """Drain a restarted sampler's ring from now on, the same ports as before."""
         with self._drain_lock:
-            self._drain()  # what it wrote before it went
-        self._restart_later(watch, "sampler", reason, now)
-
-    def _restart_sampler(self, watch: _Supervised, now: float) -> None:
-        watch.restart_at = None
-        candidate = Sampler(self.source, self.sampler.config)
-        try:
-            ring = candidate.start()
-        except SamplerError as exc:
-            candidate.close()
-            reason = f"the sampler did not restart: {exc}"
-            if not watch.failed(now):
-                self._give_up("sampler", reason)
-            else:
-                _LOG.error("%s; trying again in %.2g s", reason, watch.backoff / 2)
-            return
-        with self._drain_lock:
-            self._swap(candidate, self.source, ring)
-        watch.restarts += 1
-        watch.healthy_since = time.monotonic()
-        _LOG.warning(
-            "sampler restarted (pid %s, restart %d); each port's first sample is a new baseline",
-            candidate.pid,
-            watch.restarts,
-        )
-
-    def _supervise_slow(self, slow: SlowPoller, now: float) -> None:
-        watch = self._slow_watch
-        if watch.restart_at is not None:
-            if now >= watch.restart_at:
-                watch.restart_at = None
-                slow.restart()
-                watch.restarts += 1
-                watch.healthy_since = now
-                _LOG.warning("slow poller restarted (restart %d)", watch.restarts)
-            return
-        reason = None
-        busy_since = slow.busy_since_ns
-        stall_ns = max(SLOW_STALL_SECONDS, 10 * slow.interval_seconds) * 1e9
-        if not slow.alive:
-            reason = f"the slow poller thread ended ({slow.failure or 'no reason given'})"
-        elif busy_since is not None and time.monotonic_ns() - busy_since > stall_ns:
-            reason = (
-                f"the slow poller is stuck reading {slow.busy_source} for "
-                f"{(time.monotonic_ns() - busy_since) / 1e9:.0f} s"
-            )
-        if reason is None:
-            return
-        self._restart_later(watch, "slow poller", reason, now)
-
-    def _restart_later(self, watch: _Supervised, name: str, reason: str, now: float) -> None:
-        """Schedule a restart after the backoff, or give up after too many failures."""
-        if not watch.failed(now):
-            self._give_up(name, reason)
-            return
-        assert watch.restart_at is not None
-        _LOG.error(
-            "%s; restarting it in %.2g s (restart %d)",
-            reason,
-            watch.restart_at - now,
-            watch.restarts + 1,
-        )
+            self._swap(sampler, self.source, ring)
 
     def drain(self) -> None:
         """Move whatever the sampler wrote since the last drain through the detectors.
@@ -424,102 +223,62 @@ class Pipeline:
             self._drain()
 
     def _drain(self) -> None:
-        assert self._reader is not None
-        reader = self._reader
+        assert self.intake is not None
         # One drain at a time (the drain lock). Reading the ring and recording happen
         # outside the state lock; feeding holds it, so a reader building its snapshot
-        # waits at most for one feed, never for a recording's piece to close.
-        missing_before = list(reader.missing_by_port)
-        refused_before = [dict(refused) for refused in reader.refused_by_port]
-        columns, lateness, read_ns = reader.poll_with_timing()
-        changes = self._rate_changes(reader.wall_offset_ns)
-        # Where each port's samples switch to a new rate: those at or after the reading.
-        cuts = {
-            index: int(np.searchsorted(columns[index].timestamp_ns, at))
-            for index, (_, at) in changes.items()
-        }
-        if self.trace is not None:
-            slow = self.slow
-            rows = slow.take_rows(reader.wall_offset_ns) if slow is not None else []
-            # Each row with the line rate in force for it; never raises: a failing
-            # recording pauses.
-            self.trace.append(
-                [
-                    self._with_rates(
-                        state, port, changes.get(index, (None, 0))[0], cuts.get(index, 0)
-                    )
-                    for index, (state, port) in enumerate(zip(self._ports, columns, strict=True))
-                ],
-                rows,
-            )
+        # waits at most for one feed, never for a recording's piece to close. A failing
+        # recording pauses (collector.recording): the take never raises for it.
+        taken = self.intake.take(self.slow)
         closed: list[tuple[PortSpec, str, Bursts]] = []
         with self._lock:
-            self._feed_ports(columns, missing_before, refused_before, changes, cuts, closed)
+            for index, state in enumerate(self._ports):
+                self._feed_port(state, index, taken, closed)
             self._generation += 1
-            if lateness.size:
-                seconds = lateness / 1e9
+            if taken.lateness_ns.size:
+                seconds = taken.lateness_ns / 1e9
                 self._lateness += cumulative_counts(seconds, TIMING_BUCKETS_SECONDS)
                 self._lateness_sum += float(seconds.sum())
-            if read_ns.size:
-                seconds = read_ns / 1e9
+            if taken.read_ns.size:
+                seconds = taken.read_ns / 1e9
                 self._reads += cumulative_counts(seconds, TIMING_BUCKETS_SECONDS)
                 self._read_sum += float(seconds.sum())
         for spec, direction, bursts in closed:
             for listener in self.listeners:
                 listener(spec, direction, bursts)
 
-    def _feed_ports(
+    def _feed_port(
         self,
-        columns: list[PortColumns],
-        missing_before: list[int],
-        refused_before: list[dict[tuple[str, str], int]],
-        changes: dict[int, tuple[int, int]],
-        cuts: dict[int, int],
+        state: _PortState,
+        index: int,
+        taken: Taken,
         closed: list[tuple[PortSpec, str, Bursts]],
     ) -> None:
-        """Every port's new samples into its analyzers and live figures (the state lock held)."""
-        reader = self._reader
-        assert reader is not None
-        for index, (state, port) in enumerate(zip(self._ports, columns, strict=True)):
-            state.failed_reads += reader.missing_by_port[index] - missing_before[index]
-            for key, count in reader.refused_by_port[index].items():
-                new = count - refused_before[index].get(key, 0)
-                if new and key not in state.refused:
-                    _LOG.warning(
-                        "%s port %d: counters/%s refused (%s): the port's samples are "
-                        "dropped and rebaselined until it reads well; counted in "
-                        "burstscope_port_refused_readings_total",
-                        state.spec.device,
-                        state.spec.port,
-                        *key,
-                    )
-                if new:
-                    state.refused[key] = state.refused.get(key, 0) + new
-            if index in changes and not port.timestamp_ns.size:
-                self._apply_rate(state, changes[index][0])
-
-            if not port.timestamp_ns.size:
-                continue
-            self._now_ns = max(self._now_ns, int(port.timestamp_ns[-1]))
-            pieces = [slice(None)]
-            if index in changes:
-                pieces = [slice(0, cuts[index]), slice(cuts[index], None)]
-            for number, piece in enumerate(pieces):
-                if number == 1:
-                    self._apply_rate(state, changes[index][0])
-                self._feed(state, port, piece, closed)
-
-    @staticmethod
-    def _with_rates(
-        state: _PortState, port: PortColumns, change: int | None, cut: int
-    ) -> PortColumns:
-        """The port's samples as recorded: each row with the line rate in force for it."""
-        rate = state.spec.line_rate_bytes_per_second
-        if change is None:
-            return dataclasses.replace(port, line_rate_bytes_per_second=rate)
-        rates = np.full(port.timestamp_ns.size, change, dtype=np.int64)
-        rates[:cut] = rate
-        return dataclasses.replace(port, line_rate_bytes_per_second=rates)
+        """One port's new samples into its analyzers and live figures (the state lock held):
+        the rows of each rate in turn, each divided by the rate it states."""
+        state.failed_reads += taken.failed_reads[index]
+        for key, new in taken.refused[index].items():
+            if key not in state.refused:
+                _LOG.warning(
+                    "%s port %d: counters/%s refused (%s): the port's samples are "
+                    "dropped and rebaselined until it reads well; counted in "
+                    "burstscope_port_refused_readings_total",
+                    state.spec.device,
+                    state.spec.port,
+                    *key,
+                )
+            state.refused[key] = state.refused.get(key, 0) + new
+        port = taken.columns[index]
+        stamps = port.timestamp_ns
+        if stamps.size:
+            self._now_ns = max(self._now_ns, int(stamps[-1]))
+            rates = np.broadcast_to(port.line_rate_bytes_per_second, stamps.shape)
+            for run in rate_runs(rates, state.spec.line_rate_bytes_per_second):
+                if run.rate != state.spec.line_rate_bytes_per_second:
+                    self._apply_rate(state, run.rate)
+                self._feed(state, port, run.rows, closed)
+        # A new rate read after the last of these rows applies from the next one.
+        if taken.rates[index] != state.spec.line_rate_bytes_per_second:
+            self._apply_rate(state, taken.rates[index])
 
     def _feed(
         self,
@@ -556,7 +315,7 @@ class Pipeline:
             health = Health(
                 ticks=self._ticks_before + (ring.get(Field.TICKS) if ring else 0),
                 missed_ticks=self._missed_before + (ring.get(Field.MISSED_TICKS) if ring else 0),
-                lost_rows=self._reader.lost_rows if self._reader else 0,
+                lost_rows=self.intake.reader.lost_rows if self.intake else 0,
                 realtime=bool(ring.get(Field.REALTIME)) if ring else False,
                 cpu=ring.get(Field.CPU) if ring else -1,
                 interval_ns=self.interval_ns,
@@ -565,10 +324,8 @@ class Pipeline:
                 lateness_sum_seconds=self._lateness_sum,
                 read_buckets=self._reads.copy(),
                 read_sum_seconds=self._read_sum,
-                heartbeat_ns=ring.get(Field.HEARTBEAT_NS) if ring else 0,
-                restarts={
-                    watch.name: watch.restarts for watch in (self._sampler_watch, self._slow_watch)
-                },
+                heartbeat_ns=self.heartbeat_ns(),
+                restarts=self.supervisor.restarts,
                 sampler_pid=ring.get(Field.PID) if ring and self.sampler.alive else 0,
             )
             now = self._views_now_ns
@@ -588,20 +345,15 @@ class Pipeline:
         )
 
     def _view(self, state: _PortState) -> PortView:
-        directions = {}
-        for direction in DIRECTIONS:
-            analyzer = state.analyzers[direction] if state.analyzers is not None else None
-            directions[direction] = DirectionView(
-                bytes_total=state.latest[direction],
-                live=state.live[direction].copy(),
-                saturated_seconds=analyzer.saturated_ns / 1e9 if analyzer else 0.0,
-                hidden_saturated_seconds=analyzer.hidden_saturated_ns / 1e9 if analyzer else 0.0,
-                resets=analyzer.resets if analyzer else 0,
-                p99=utilization_quantile(analyzer.finest_histogram, 0.99) if analyzer else None,
-            )
+        analyzers = state.analyzers or {}
         return PortView(
             state.spec,
-            directions,
+            {
+                direction: direction_view(
+                    state.latest[direction], state.live[direction], analyzers.get(direction)
+                )
+                for direction in DIRECTIONS
+            },
             state.failed_reads,
             dict(state.refused),
             state.rate_changes,
@@ -617,7 +369,7 @@ class Pipeline:
             with contextlib.suppress(Exception):
                 self.slow.stop(final_poll=self.trace is not None)
         self.sampler.stop()
-        if self._reader is not None:
+        if self.intake is not None:
             with contextlib.suppress(Exception):
                 self.drain()
         if self.trace is not None:
@@ -675,7 +427,7 @@ class Pipeline:
         max_gap). A recording goes on: its rows name their port. Raises SamplerError, with
         the old port set sampled again, if the new sampler cannot start.
         """
-        if self._reader is None:
+        if self.intake is None:
             raise RuntimeError("start() first")
         self._in_pipeline_thread(lambda: self._replace_source(source))
         previous = self.slow
@@ -717,7 +469,8 @@ class Pipeline:
             self.source = source
             self.sampler = sampler
             self._ring = ring
-            self._reader = RingReader(ring, source.ports)
+            assert self.intake is not None
+            self.intake.follow(ring, source.ports)
             old.close()
 
 

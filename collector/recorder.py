@@ -1,5 +1,9 @@
-"""Recording: the sampler's ring, drained every 100 ms into a trace of closed Parquet pieces,
-with the slow counters polled at about 1 Hz beside it."""
+"""``record``: the sampler's ring, drained every 100 ms into a trace of closed Parquet pieces,
+with the slow counters polled at about 1 Hz beside it.
+
+It records through the agent's intake (collector.intake), without detectors or exporter:
+every row states the line rate in force for it, as in a trace ``agent --record`` writes.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from burstscope.collector.ring import Field, RingReader
+from burstscope.collector.intake import DRAIN_SECONDS, Intake, Record
+from burstscope.collector.ring import Field
 from burstscope.collector.sampler import Sampler, SamplerConfig, SamplerError, tuning_notes
 from burstscope.collector.slow_poller import SlowPoller
 from burstscope.collector.sources.base import CounterSource, SlowSource
-from burstscope.collector.trace import TraceInfo, TraceWriter
-
-_DRAIN_SECONDS = 0.1
+from burstscope.collector.trace import PortColumns, SlowRow, TraceInfo, TraceWriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,15 +60,12 @@ def record(
     slow = SlowPoller(slow_sources, slow_interval_seconds, record=True) if slow_sources else None
     try:
         ring = sampler.start()
-        reader = RingReader(ring, source.ports)
-
+        intake = Intake(ring, source.ports, _appended_to(writer))
         sampling = False
 
         def drain() -> None:
             nonlocal sampling
-            if slow is not None:
-                writer.append_slow(slow.take_rows(reader.wall_offset_ns))
-            writer.append(reader.poll())
+            intake.take(slow)
             if not sampling and ring.get(Field.TICKS) > 0:
                 sampling = True
                 on_sampling()
@@ -79,9 +79,9 @@ def record(
                     remaining = started + duration_seconds - time.monotonic()
                     if remaining <= 0:
                         break
-                    time.sleep(min(_DRAIN_SECONDS, remaining))
+                    time.sleep(min(DRAIN_SECONDS, remaining))
                 else:
-                    time.sleep(_DRAIN_SECONDS)
+                    time.sleep(DRAIN_SECONDS)
                 drain()
                 if not sampler.alive:
                     raise SamplerError("the sampler process died")
@@ -97,11 +97,21 @@ def record(
             pieces=writer.pieces_written,
             ticks=ring.get(Field.TICKS),
             missed_ticks=ring.get(Field.MISSED_TICKS),
-            lost_rows=reader.lost_rows,
-            missing_samples=reader.missing_samples,
+            lost_rows=intake.reader.lost_rows,
+            missing_samples=intake.reader.missing_samples,
             realtime=bool(ring.get(Field.REALTIME)),
             notes=tuple(tuning_notes(ring, config)),
             cpu=ring.get(Field.CPU),
         )
     finally:
         sampler.close()
+
+
+def _appended_to(writer: TraceWriter) -> Record:
+    """The intake's rows into ``writer``; a failure raises, and ends the recording."""
+
+    def append(columns: Sequence[PortColumns], slow: Sequence[SlowRow]) -> None:
+        writer.append_slow(slow)
+        writer.append(columns)
+
+    return append

@@ -392,7 +392,8 @@ class RingReader:
                 PortColumns(
                     device=spec.device,
                     port=spec.port,
-                    line_rate_bytes_per_second=spec.line_rate_bytes_per_second,
+                    # Unknown here: collector.intake decides the rate in force for each row.
+                    line_rate_bytes_per_second=0,
                     timestamp_ns=stamps_us * TIME_GRAIN_NS,
                     xmit_bytes=rows.xmit_bytes[present, index],
                     rcv_bytes=rows.rcv_bytes[present, index],

@@ -152,7 +152,7 @@ class SlowPoller:
         self._stop = threading.Event()
         self._final_poll = False
         self._thread: threading.Thread | None = None
-        # Supervision (collector.pipeline): a thread that ended is restarted; one stuck in a
+        # Supervision (collector.supervisor): a thread that ended is restarted; one stuck in a
         # read is replaced by a new thread (generation) and left to return on its own.
         self._generation = 0
         self.failure: str | None = None
@@ -302,53 +302,15 @@ class SlowPoller:
                 _LOG.debug("closing slow source %s: %s", state.source.name, exc)
 
     def _poll(self, state: _SourceState) -> None:
-        source = state.source
-        if not state.opened:
-            try:
-                source.open()
-            except Exception as exc:  # any failure of one source stays with that source
-                self._fail(state, f"open: {type(exc).__name__}: {exc}")
-                return
-            state.opened = True
-            state.rebaseline = True
-        before = time.monotonic_ns()
-        try:
-            readings = source.poll()
-        except Exception as exc:
-            self._fail(state, f"poll: {type(exc).__name__}: {exc}")
+        read = self._read(state)
+        if read is None:
             return
-        after = time.monotonic_ns()
-        midpoint = (before + after) >> 1
-        seconds = (after - before) / 1e9
+        readings, midpoint, seconds = read
         rebaseline, state.rebaseline = state.rebaseline, False
+        source = state.source
         with self._lock:
-            state.polls += 1
-            state.last_read_seconds = seconds
-            state.read_seconds_sum += seconds
-            for index, bound in enumerate((*READ_BUCKETS_SECONDS, float("inf"))):
-                if seconds <= bound:
-                    state.read_buckets[index] += 1
-            accepted = []
-            for reading in readings:
-                reason = refusal(reading)
-                if reason is None:
-                    accepted.append(reading)
-                    continue
-                refused_key = (reading.device, reading.port, reading.name, reason)
-                if refused_key not in self._refused:
-                    _LOG.warning(
-                        "%s port %d: %s reads %d (%s): that reading is dropped and the "
-                        "counter rebaselined; counted in burstscope_port_refused_readings_total",
-                        reading.device,
-                        reading.port,
-                        reading.name,
-                        reading.value,
-                        reason,
-                    )
-                self._refused[refused_key] = self._refused.get(refused_key, 0) + 1
-                # The next good reading starts a new baseline: no increment across this one.
-                self._trackers.pop((reading.device, reading.port, reading.name), None)
-            readings = accepted
+            self._count_poll(state, seconds)
+            readings = self._accepted(readings)
             # A gauge the source no longer reads (the port is gone, its state file fails)
             # is no longer known: exporting the last value would show a vanished port ACTIVE.
             self._forget_gauges(
@@ -362,28 +324,91 @@ class SlowPoller:
                     state.errors += new_errors
                     state.last_error = source.last_error
                 state.reported_read_errors = source.read_errors
-            for reading in readings:
-                key = (reading.device, reading.port, reading.name)
-                previous = self._counters.get(key)
-                if reading.counter is None:
-                    self._counters[key] = CounterState(
-                        source.name, *key, reading.value, None, 0, False, midpoint
-                    )
-                    continue
-                tracker = self._trackers.get(key)
-                if tracker is None or tracker.spec != reading.counter:
-                    tracker = self._trackers[key] = CounterTracker(reading.counter)
-                delta = tracker.update(reading.value, rebaseline)
-                total = previous.increment if previous and previous.increment is not None else 0
-                self._counters[key] = CounterState(
-                    source.name,
-                    *key,
+            self._update_counters(source.name, readings, midpoint, rebaseline)
+
+    def _read(self, state: _SourceState) -> tuple[list[SlowReading], int, float] | None:
+        """One poll of the source, opened first if it is not: (readings, CLOCK_MONOTONIC
+        midpoint, seconds it took); None when the open or the poll failed (counted)."""
+        source = state.source
+        if not state.opened:
+            try:
+                source.open()
+            except Exception as exc:  # any failure of one source stays with that source
+                self._fail(state, f"open: {type(exc).__name__}: {exc}")
+                return None
+            state.opened = True
+            state.rebaseline = True
+        before = time.monotonic_ns()
+        try:
+            readings = source.poll()
+        except Exception as exc:
+            self._fail(state, f"poll: {type(exc).__name__}: {exc}")
+            return None
+        after = time.monotonic_ns()
+        return readings, (before + after) >> 1, (after - before) / 1e9
+
+    @staticmethod
+    def _count_poll(state: _SourceState, seconds: float) -> None:
+        """A poll that returned, into the source's health (the lock held)."""
+        state.polls += 1
+        state.last_read_seconds = seconds
+        state.read_seconds_sum += seconds
+        for index, bound in enumerate((*READ_BUCKETS_SECONDS, float("inf"))):
+            if seconds <= bound:
+                state.read_buckets[index] += 1
+
+    def _accepted(self, readings: list[SlowReading]) -> list[SlowReading]:
+        """The readings that can be values of their counters; the rest are counted, logged
+        once per (port, counter, reason), and rebaseline their counter (the lock held)."""
+        accepted = []
+        for reading in readings:
+            reason = refusal(reading)
+            if reason is None:
+                accepted.append(reading)
+                continue
+            refused_key = (reading.device, reading.port, reading.name, reason)
+            if refused_key not in self._refused:
+                _LOG.warning(
+                    "%s port %d: %s reads %d (%s): that reading is dropped and the "
+                    "counter rebaselined; counted in burstscope_port_refused_readings_total",
+                    reading.device,
+                    reading.port,
+                    reading.name,
                     reading.value,
-                    total + (delta or 0),
-                    tracker.resets,
-                    tracker.saturated,
-                    midpoint,
+                    reason,
                 )
+            self._refused[refused_key] = self._refused.get(refused_key, 0) + 1
+            # The next good reading starts a new baseline: no increment across this one.
+            self._trackers.pop((reading.device, reading.port, reading.name), None)
+        return accepted
+
+    def _update_counters(
+        self, source: str, readings: list[SlowReading], midpoint: int, rebaseline: bool
+    ) -> None:
+        """Each reading into its latest state: a gauge's value, a counter's increments
+        through its tracker (wraps, resets, saturation) (the lock held)."""
+        for reading in readings:
+            key = (reading.device, reading.port, reading.name)
+            previous = self._counters.get(key)
+            if reading.counter is None:
+                self._counters[key] = CounterState(
+                    source, *key, reading.value, None, 0, False, midpoint
+                )
+                continue
+            tracker = self._trackers.get(key)
+            if tracker is None or tracker.spec != reading.counter:
+                tracker = self._trackers[key] = CounterTracker(reading.counter)
+            delta = tracker.update(reading.value, rebaseline)
+            total = previous.increment if previous and previous.increment is not None else 0
+            self._counters[key] = CounterState(
+                source,
+                *key,
+                reading.value,
+                total + (delta or 0),
+                tracker.resets,
+                tracker.saturated,
+                midpoint,
+            )
 
     def gauge(self, name: str) -> dict[tuple[str, int], tuple[int, int]]:
         """One gauge of every port that has it: (value, CLOCK_MONOTONIC of its poll)."""

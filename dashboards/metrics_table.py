@@ -1,4 +1,4 @@
-"""Prints the README's metric table from collector/exporter.py, so the table stays true.
+"""Prints docs/metrics.md's metric table from collector/exporter.py, so the table stays true.
 
 ``python dashboards/metrics_table.py`` prints the Markdown table; ``--check FILE`` exits 1
 when the table between the markers in FILE differs (tests/test_dashboards.py runs it);
@@ -14,9 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-BEGIN = (
-    "<!-- metrics-table:begin (python dashboards/metrics_table.py --write dashboards/README.md) -->"
-)
+WRITE_COMMAND = "python dashboards/metrics_table.py --write docs/metrics.md"
+BEGIN = f"<!-- metrics-table:begin ({WRITE_COMMAND}) -->"
 END = "<!-- metrics-table:end -->"
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,18 +27,18 @@ def _families() -> dict[str, tuple[str, list[str]]]:
     import numpy as np
 
     from burstscope.collector.exporter import BurstscopeCollector
-    from burstscope.collector.pipeline import (
-        TIMING_BUCKETS_SECONDS,
-        DirectionView,
-        Health,
-        PortView,
-        Snapshot,
-    )
     from burstscope.collector.slow_poller import (
         READ_BUCKETS_SECONDS,
         CounterState,
         SlowSnapshot,
         SourceHealth,
+    )
+    from burstscope.collector.snapshot import (
+        TIMING_BUCKETS_SECONDS,
+        DirectionView,
+        Health,
+        PortView,
+        Snapshot,
     )
     from burstscope.collector.sources.base import PortSpec
     from burstscope.detectors.config import Thresholds
@@ -127,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.check:
         if section(Path(args.check).read_text()) != current:
-            print(f"{args.check}: metric table is stale: run {BEGIN[23:-4]}", file=sys.stderr)
+            print(f"{args.check}: metric table is stale: run {WRITE_COMMAND}", file=sys.stderr)
             return 1
         return 0
     print(current, end="")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from burstscope.testing.processes import STOP_SECONDS, AgentProcess, fetch, metric, wait_until
 from tests.conftest import SYSFS
-from tests.processes import STOP_SECONDS, AgentProcess, fetch, metric, wait_until
 from tests.test_cli_core import assert_usage_error, burstscope
 
 

@@ -22,12 +22,12 @@ from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Raw
 from scapy.utils import rdpcap
 
+from burstscope.capture import live
+from burstscope.capture.analysis import analyze_capture
+from burstscope.capture.decode import SKIP_REASONS, decode
+from burstscope.capture.pcap import PcapError, parse_pcap, pcap_bytes
 from burstscope.capture_view import analysis_json
 from burstscope.cli import main
-from burstscope.collector.capture import live
-from burstscope.collector.capture.analysis import analyze_capture
-from burstscope.collector.capture.decode import SKIP_REASONS, decode
-from burstscope.collector.capture.pcap import PcapError, parse_pcap, pcap_bytes
 from burstscope.detectors.packets import OPCODE_NAMES, address_text
 
 T0 = 1_700_000_000_000_000_000

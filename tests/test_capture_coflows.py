@@ -10,9 +10,9 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
+from burstscope.capture.coflows import MappingError, parse_mapping
+from burstscope.capture.pcap import pcap_bytes
 from burstscope.cli import main
-from burstscope.collector.capture.coflows import MappingError, parse_mapping
-from burstscope.collector.capture.pcap import pcap_bytes
 from tests.test_capture import MAC_DST, MAC_SRC, T0, roce
 
 MS = 1_000_000

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from burstscope.collector import rocegen
-from burstscope.collector import testbed as bed_module
-from burstscope.collector.testbed import RECEIVER_ADDRESS, RECEIVER_INTERFACE, SENDER_ADDRESS
+from burstscope.testing import rocegen
+from burstscope.testing import testbed as bed_module
+from burstscope.testing.processes import LoggedProcess, wait_until
+from burstscope.testing.testbed import RECEIVER_ADDRESS, RECEIVER_INTERFACE, SENDER_ADDRESS
 from tests.conftest import integration_unavailable, require_binary, require_root
-from tests.processes import LoggedProcess, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +47,7 @@ def test_live_capture_sees_the_generator(request: pytest.FixtureRequest, tmp_pat
             *(
                 sys.executable,
                 "-m",
-                "burstscope.collector.rocegen",
+                "burstscope.testing.rocegen",
                 "--seed",
                 "4",
                 "--duration",

@@ -18,6 +18,9 @@ from typing import Any
 import pytest
 
 from burstscope.collector.exporter import HELP
+from dashboards.generate import DASHBOARDS as DASHBOARD_MODULES
+from dashboards.generate import render
+from dashboards.rules import RecordingRules, recorded_names
 
 DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards"
 GRAFANA = DASHBOARDS / "grafana"
@@ -41,8 +44,7 @@ def known_metrics() -> set[str]:
     known: set[str] = set()
     for name in HELP:
         known.update({name, f"{name}_bucket", f"{name}_count", f"{name}_sum"})
-    rules = (DASHBOARDS / "prometheus" / "recording.rules.yml").read_text()
-    known.update(re.findall(r"^\s*- record: (\S+)", rules, flags=re.MULTILINE))
+    known.update(recorded_names(DASHBOARDS / "prometheus" / "recording.rules.yml"))
     return known
 
 
@@ -53,14 +55,9 @@ def exprs(dashboard: dict[str, Any]) -> list[str]:
 
 
 def test_json_is_what_the_generator_writes() -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("generate", DASHBOARDS / "generate.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    assert set(DASHBOARD_MODULES) == set(FILES)
     for name in FILES:
-        assert (GRAFANA / name).read_text() == module.render(name), (
+        assert (GRAFANA / name).read_text() == render(name), (
             f"{name} is stale: run python dashboards/generate.py"
         )
 
@@ -130,7 +127,8 @@ def test_exprs_name_only_exported_or_recorded_metrics(name: str) -> None:
     assert used - known == set()
 
 
-def test_dashboards_cover_what_the_issue_asks() -> None:
+def test_dashboards_plot_peaks_saturation_congestion_and_agent_health() -> None:
+    """The fleet overview and the drill-down query every series their panels are for."""
     fleet = " ".join(exprs(load("fleet-overview.json")))
     drill = " ".join(exprs(load("port-drilldown.json")))
     for needed in (
@@ -242,7 +240,7 @@ def test_provisioning_files() -> None:
     assert re.search(r"^\s+path: \S+", providers, flags=re.MULTILINE)
 
 
-def test_readme_metric_table_matches_exporter_help() -> None:
+def test_metric_table_in_docs_matches_exporter_help() -> None:
     import subprocess
     import sys
 
@@ -251,7 +249,7 @@ def test_readme_metric_table_matches_exporter_help() -> None:
             sys.executable,
             str(DASHBOARDS / "metrics_table.py"),
             "--check",
-            str(DASHBOARDS / "README.md"),
+            str(DASHBOARDS.parent / "docs" / "metrics.md"),
         ],
         capture_output=True,
         text=True,
@@ -259,3 +257,55 @@ def test_readme_metric_table_matches_exporter_help() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+RULES_TEXT = """groups:
+  - name: example
+    rules:
+      # - record: instance:burstscope_commented_out:max (a comment is no rule)
+      - record: instance:burstscope_port_bursts:rate1m
+        expr: sum without (device, port, direction) (rate(burstscope_port_bursts_total[1m]))
+      - record: instance:burstscope_port_bursts_ended:rate1m
+        expr: vector(1)
+      - record: instance_device_port:burstscope_port_state:max_over_time5m
+        expr: max_over_time(burstscope_port_state[5m])
+      - record: instance_device_port:burstscope_port_state:max_over_time1d
+        expr: max_over_time(instance_device_port:burstscope_port_state:max_over_time5m[1d])
+"""
+
+
+@pytest.mark.parametrize(
+    ("level", "metric", "expected"),
+    [
+        # The operations come from the file; a longer metric name is another metric.
+        ("instance", "burstscope_port_bursts", "instance:burstscope_port_bursts:rate1m"),
+        (
+            "instance",
+            "burstscope_port_bursts_ended",
+            "instance:burstscope_port_bursts_ended:rate1m",
+        ),
+        ("instance", "burstscope_commented_out", LookupError),
+        ("instance_device", "burstscope_port_state", LookupError),  # a level is matched whole
+        ("instance_device_port", "burstscope_port_state", LookupError),  # two: which one?
+    ],
+)
+def test_recorded_series_by_level_and_metric(
+    tmp_path: Path, level: str, metric: str, expected: str | type[Exception]
+) -> None:
+    path = tmp_path / "recording.rules.yml"
+    path.write_text(RULES_TEXT)
+    rules = RecordingRules.read(path)
+    assert len(rules.names) == 4
+    if isinstance(expected, str):
+        assert rules.series(level, metric) == expected
+    else:
+        with pytest.raises(expected, match=str(path)):
+            rules.series(level, metric)
+
+
+def test_dashboards_read_every_recorded_series_from_the_rules_file() -> None:
+    """No recorded series is spelled in the dashboard modules: each comes from the file."""
+    for module in ("builder", "fleet_overview", "port_drilldown"):
+        source = (DASHBOARDS / f"{module}.py").read_text()
+        for name in recorded_names(DASHBOARDS / "prometheus" / "recording.rules.yml"):
+            assert name not in source, (module, name)

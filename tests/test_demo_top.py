@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from burstscope.testing.processes import free_port, metric, wait_until
 from tests.conftest import require_binary
-from tests.processes import free_port, metric, wait_until
 from tests.test_cli_core import assert_usage_error, burstscope
 
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from burstscope.testing.emulated_node import EmulatedNode, running_agent, scrape
 from tests.conftest import FIXTURES, SYSFS, compare_golden, require_binary
-from tests.emulated_node import EmulatedNode, running_agent, scrape
 
 GOLDEN = FIXTURES / "exposition.golden.prom"
 SERIES_BUDGET_PER_PORT = 60

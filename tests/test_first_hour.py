@@ -121,6 +121,10 @@ def test_the_wheel_carries_the_files_and_the_license(tmp_path: Path) -> None:
     for part in SHIPPED:
         assert any(n.startswith(f"burstscope/data-files/{part}/") for n in names), part
     assert "burstscope/data-files/systemd/burstscope-agent.service" in names
+    # The dashboards' generator and checks build the data; they are not shipped.
+    assert [n for n in names if n.startswith("burstscope/data-files/") and n.endswith(".py")] == []
+    for package in ("capture", "testing"):  # a link and a folder, both installed
+        assert f"burstscope/{package}/__init__.py" in names, package
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     assert "License-Expression: Apache-2.0" in zipfile.ZipFile(wheel).read(metadata).decode()

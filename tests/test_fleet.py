@@ -1,6 +1,6 @@
 """A small fleet in a real Prometheus: bench/fleet.py's nodes, scraped every second.
 
-50 simulated nodes (tests/simulated_fleet.py, every fifth quiet) serve real sim-agent
+50 simulated nodes (burstscope/testing/simulated_fleet.py, every fifth quiet) serve real sim-agent
 expositions on their own loopback addresses; Prometheus (Debian's ``prometheus``) scrapes
 them every 1 s with both rule files, every ``for:`` cut to 2 s. Checks: every panel query
 of both dashboards returns data, AgentDown fires for a stopped node and only for it,
@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_binary
-from tests.processes import free_port, wait_for
-from tests.simulated_fleet import (
+from burstscope.testing.processes import free_port, wait_for
+from burstscope.testing.simulated_fleet import (
     Fleet,
     Prometheus,
     capture_agent,
@@ -27,6 +26,7 @@ from tests.simulated_fleet import (
     running_prometheus,
     substitute,
 )
+from tests.conftest import require_binary
 
 pytestmark = pytest.mark.integration
 NODES = 50

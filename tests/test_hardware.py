@@ -1,4 +1,4 @@
-"""Every port the kernel shows, read the way its ABI says (issue 14), on trees built for it.
+"""Every port the kernel shows, read the way its ABI says, on trees built for it.
 
 tests/fixtures/hardware/sys (written by tests/fixtures/hardware/build.py) holds one device
 per case: a QDR port with a 32-bit port_xmit_wait stuck at all-ones, an FDR port, a zero
@@ -25,9 +25,9 @@ import pytest
 from burstscope.collector.discovery import parse_link_rate
 from burstscope.collector.simulation.model import TrafficModel
 from burstscope.collector.simulation.sysfs_writer import SysfsWriter
+from burstscope.testing.emulated_node import CounterWriter, EmulatedNode, Load
+from burstscope.testing.processes import AgentProcess, wait_until
 from tests.conftest import FIXTURES, compare_golden
-from tests.emulated_node import CounterWriter, EmulatedNode, Load
-from tests.processes import AgentProcess, wait_until
 from tests.test_exposition import normalize
 
 TREE = FIXTURES / "hardware" / "sys"
@@ -96,7 +96,7 @@ def test_every_rate_the_kernel_prints_and_its_data_rate(text: str, printed: int,
         assert other is not None and other.data_bytes_per_second == printed
 
 
-def test_the_qdr_and_fdr_examples_of_the_issue() -> None:
+def test_qdr_and_fdr_data_rates_after_line_encoding() -> None:
     qdr = parse_link_rate("40 Gb/sec (4X QDR)")
     fdr = parse_link_rate("56 Gb/sec (4X FDR)")
     assert qdr is not None and qdr.data_bytes_per_second * 8 == 32_000_000_000

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from burstscope.collector.logging_journal import RepeatFilter, setup_logging
+from burstscope.logging_journal import RepeatFilter, setup_logging
 
 
 class Clock:

@@ -20,8 +20,15 @@ from typing import Any
 import numpy as np
 import pytest
 
+from burstscope.testing.processes import (
+    DEADLINE_SECONDS,
+    AgentProcess,
+    fetch,
+    free_port,
+    metric,
+    wait_until,
+)
 from tests.conftest import require_binary
-from tests.processes import DEADLINE_SECONDS, AgentProcess, fetch, free_port, metric, wait_until
 from tests.test_agent import make_certificates
 from tests.test_cli_core import assert_usage_error
 

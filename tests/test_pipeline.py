@@ -6,7 +6,7 @@ import threading
 
 from burstscope.collector.pipeline import Pipeline
 from burstscope.collector.sources import SourceOptions, build_source
-from tests.processes import wait_until
+from burstscope.testing.processes import wait_until
 
 
 def test_drains_from_other_threads_wait_their_turn() -> None:

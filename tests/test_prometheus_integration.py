@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 
+from burstscope.testing.emulated_node import CounterWriter, EmulatedNode, Load, running_agent
+from burstscope.testing.processes import free_port, wait_for
+from dashboards.rules import recorded_names
 from tests.conftest import require_binary
-from tests.emulated_node import CounterWriter, EmulatedNode, Load, running_agent
-from tests.processes import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -229,8 +230,7 @@ def test_template_variable_queries_return_values(prometheus: Prometheus) -> None
 
 
 def test_recording_rules_produce_series(prometheus: Prometheus) -> None:
-    rules = (DASHBOARDS / "prometheus" / "recording.rules.yml").read_text()
-    names = re.findall(r"^\s*- record: (\S+)", rules, flags=re.MULTILINE)
+    names = recorded_names(DASHBOARDS / "prometheus" / "recording.rules.yml")
     # Per-node counts record nothing while nothing is counted: the emulated node writes
     # no congestion counters, so no port is congested while saturated.
     silent = {"instance:burstscope_ports_congested_while_saturated:count"}

@@ -13,8 +13,15 @@ import pytest
 
 from burstscope.detectors.analyzer import DirectionAnalyzer
 from burstscope.detectors.config import Thresholds
+from burstscope.testing.processes import (
+    DEADLINE_SECONDS,
+    STOP_SECONDS,
+    LoggedProcess,
+    fetch,
+    free_port,
+    metric,
+)
 from tests.conftest import SYSFS
-from tests.processes import DEADLINE_SECONDS, STOP_SECONDS, LoggedProcess, fetch, free_port, metric
 
 RATE = 1_000_000_000  # bytes per second
 MS = 1_000_000

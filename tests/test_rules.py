@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from burstscope.collector.exporter import HELP
+from dashboards.rules import recorded_names
 from tests.conftest import require_binary
 
 PROMETHEUS = Path(__file__).resolve().parent.parent / "dashboards" / "prometheus"
@@ -45,10 +46,6 @@ def alert_blocks() -> dict[str, str]:
     text = ALERTS.read_text()
     parts = re.split(r"^\s*- alert: ", text, flags=re.MULTILINE)[1:]
     return {part.split("\n", 1)[0].strip(): part for part in parts}
-
-
-def recording_names() -> list[str]:
-    return re.findall(r"^\s*- record: (\S+)", RECORDING.read_text(), flags=re.MULTILINE)
 
 
 def metric_names(text: str) -> set[str]:
@@ -121,7 +118,7 @@ def test_alert_has_summary_description_runbook_and_severity(alert: str) -> None:
 
 
 def test_every_rule_group_reads_at_most_five_minutes_of_raw_samples() -> None:
-    """Fleet cost: longer ranges read recorded series only (issue 16, LinkDegraded)."""
+    """Fleet cost: longer ranges read recorded series only (LinkDegraded's day: 5 m maxima)."""
     raw = set(HELP) | {f"{n}_{s}" for n in HELP for s in ("bucket", "count", "sum")}
     for path in (RECORDING, ALERTS):
         for name, window in re.findall(r"\b([a-z_:]+)(?:\{[^}]*\})?\[(\w+)\]", path.read_text()):
@@ -130,7 +127,7 @@ def test_every_rule_group_reads_at_most_five_minutes_of_raw_samples() -> None:
 
 
 def test_recording_rules_are_named_level_metric_operations() -> None:
-    names = recording_names()
+    names = recorded_names(RECORDING)
     assert names, "no recording rules found"
     assert len(names) == len(set(names))
     for name in names:
@@ -139,7 +136,7 @@ def test_recording_rules_are_named_level_metric_operations() -> None:
 
 
 def test_rules_use_only_exported_or_recorded_metrics() -> None:
-    known = set(recording_names())
+    known = set(recorded_names(RECORDING))
     for name in HELP:
         known.add(name)
         known.update({f"{name}_bucket", f"{name}_count", f"{name}_sum"})

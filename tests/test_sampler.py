@@ -19,7 +19,7 @@ from burstscope.collector.sampler import SamplerConfig, parse_interval
 from burstscope.collector.sources.base import STATUS_REBASELINE, SampleRow
 from burstscope.collector.sources.files import PURE_PYTHON_ENV, compiled_tick_available
 from burstscope.collector.sources.netdev import NetdevSource
-from tests.processes import DEADLINE_SECONDS, wait_until
+from burstscope.testing.processes import DEADLINE_SECONDS, wait_until
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from burstscope.collector.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
-from tests.processes import STOP_SECONDS, fetch, free_port, wait_until
+from burstscope.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
+from burstscope.testing.processes import STOP_SECONDS, fetch, free_port, wait_until
 
 
 class NotifySocket:

@@ -241,3 +241,72 @@ def test_emulated_sysfs_gives_the_same_bursts_as_the_direct_path(
             _, actual = analyze(times[port], through_files[direction, port], rate)
             assert actual == expected
             assert len(expected) > 0 or port == 8
+
+
+NDR_BYTES, HDR_BYTES = 50_000_000_000, 25_000_000_000  # 4X NDR and 4X HDR data rates
+# The slow poller reads the rate file once a second: a row sampled this long after the
+# change comes after the first poll that saw it, however the poll and the change fell.
+RATE_SETTLE_NS = 2_500_000_000
+
+
+def _rates_by_time(trace: Path) -> tuple[list[int], list[int]]:
+    """mlx5_0's (timestamps in ns, line rates) of every row of a trace, in time order."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(trace, columns=["timestamp_us", "line_rate_bytes_per_second"])
+    table = table.sort_by("timestamp_us")
+    stamps = [us * 1000 for us in table.column("timestamp_us").to_pylist()]
+    return stamps, table.column("line_rate_bytes_per_second").to_pylist()
+
+
+def test_record_and_agent_record_state_the_new_rate_from_a_renegotiation_on(
+    tmp_path: Path,
+) -> None:
+    """The writer retrains mlx5_0 from 4X NDR to 4X HDR while `record` and `agent --record`
+    both sample it: in both traces every row up to the change states 400 Gb/s, and from
+    the first row stating 200 Gb/s (at most a slow poll after the change) every row does."""
+    import signal
+    import subprocess
+    import sys
+
+    from burstscope.testing.processes import AgentProcess, LoggedProcess
+
+    writer = SysfsWriter(tmp_path / "sys", TrafficModel("dense", 3))
+    writer.create()
+    stop = threading.Event()
+    thread = threading.Thread(target=writer.run, kwargs={"stop": stop}, daemon=True)
+    thread.start()
+    ports = ("--sysfs-root", str(writer.root), "--include", "^mlx5_0$")
+    agent = AgentProcess(*ports, "--record", str(tmp_path / "agent"))
+    recorder = LoggedProcess(
+        [sys.executable, "-m", "burstscope", "record", *ports, "-o", str(tmp_path / "record")],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        recorder.wait_log("sampling 1 port(s)")
+        agent.scrape_when(
+            'burstscope_port_line_rate_bytes_per_second{device="mlx5_0",port="1"} 5e+10'
+        )
+        time.sleep(1.0)  # rows at 400 Gb/s in both traces
+        changed_ns = time.time_ns()
+        writer.set_rate(0, "200 Gb/sec (4X HDR)")
+        agent.scrape_when(
+            'burstscope_port_line_rate_bytes_per_second{device="mlx5_0",port="1"} 2.5e+10'
+        )
+        # Rows well past the settling time, for the recording whose poll came last too.
+        time.sleep((RATE_SETTLE_NS + 1_500_000_000) / 1e9)
+    finally:
+        assert recorder.stop(signal.SIGTERM) == 0, recorder.stderr
+        assert agent.run.stop() == 0, agent.run.stderr
+        stop.set()
+        thread.join(5)
+        writer.close()
+    (agent_trace,) = (tmp_path / "agent").iterdir()
+    for trace in (tmp_path / "record", agent_trace):
+        stamps, rates = _rates_by_time(trace)
+        assert stamps[-1] > changed_ns + RATE_SETTLE_NS, trace
+        first_new = rates.index(HDR_BYTES) if HDR_BYTES in rates else len(rates)
+        assert stamps[first_new - 1] < changed_ns + RATE_SETTLE_NS, (trace, "new rate late")
+        assert stamps[first_new] >= changed_ns, (trace, "new rate before the change")
+        assert set(rates[:first_new]) == {NDR_BYTES}, trace
+        assert set(rates[first_new:]) == {HDR_BYTES}, trace

@@ -283,12 +283,12 @@ def test_a_poller_thread_that_ends_or_hangs_is_restarted(
     """Supervision of the slow poller: a thread that died, or one stuck in a read."""
     import threading
 
-    from burstscope.collector import pipeline as pipeline_module
+    from burstscope.collector import supervisor
     from burstscope.collector.pipeline import Pipeline
     from burstscope.collector.sampler import SamplerConfig
     from burstscope.collector.slow_poller import SlowPoller
     from burstscope.collector.sources import build_source
-    from tests.processes import wait_until
+    from burstscope.testing.processes import wait_until
 
     release = threading.Event()
 
@@ -310,8 +310,8 @@ def test_a_poller_thread_that_ends_or_hangs_is_restarted(
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(pipeline_module, "SLOW_STALL_SECONDS", 0.5)
-    monkeypatch.setattr(pipeline_module, "HEALTHY_SECONDS", 0.0)
+    monkeypatch.setattr(supervisor, "SLOW_STALL_SECONDS", 0.5)
+    monkeypatch.setattr(supervisor, "HEALTHY_SECONDS", 0.0)
     monkeypatch.setattr(SlowPoller, "interval_seconds", property(lambda self: 0.01))
     pipeline = Pipeline(
         build_source("sim"),

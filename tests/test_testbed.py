@@ -24,13 +24,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from burstscope.collector import testbed as bed_module
-from burstscope.collector.testbed import RECEIVER_ADDRESS, SENDER_ADDRESS, SENDER_INTERFACE
 from burstscope.collector.trace import read_samples
 from burstscope.detectors.analyzer import Summary, analyze
 from burstscope.detectors.bursts import Bursts
+from burstscope.testing import testbed as bed_module
+from burstscope.testing.processes import LoggedProcess, wait_until
+from burstscope.testing.testbed import RECEIVER_ADDRESS, SENDER_ADDRESS, SENDER_INTERFACE
 from tests.conftest import integration_unavailable, require_binary, require_root
-from tests.processes import LoggedProcess, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -127,7 +127,7 @@ def testbed_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     generator = LoggedProcess(
         [
             *bed.exec_prefix(),
-            *(sys.executable, "-m", "burstscope.collector.rocegen", "--seed", "6"),
+            *(sys.executable, "-m", "burstscope.testing.rocegen", "--seed", "6"),
             *("--source", SENDER_ADDRESS, "--destination", RECEIVER_ADDRESS),
             *("--line-rate", str(RATE_MEGABITS), "--duration", str(GENERATOR_SECONDS)),
             *("--truth", str(truth_file)),

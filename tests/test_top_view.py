@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from burstscope.collector.pipeline import DirectionView, Health, PortView, Snapshot
+from burstscope.collector.snapshot import DirectionView, Health, PortView, Snapshot
 from burstscope.collector.sources.base import PortSpec
 from burstscope.detectors.analyzer import DirectionAnalyzer
 from burstscope.detectors.config import Thresholds
 from burstscope.detectors.live import LiveDirection
+from burstscope.testing.processes import wait_until
 from burstscope.top_view import plain_lines, table
 from tests.conftest import FIXTURES, compare_golden, require_binary
-from tests.processes import wait_until
 
 MS = 1_000_000
 START_NS = 1_700_000_010_000_000_000  # a whole 15 s multiple: windows line up

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from burstscope.capture.analysis import analyze_capture
+from burstscope.capture.coflows import MappingError, collisions, read_mapping
+from burstscope.capture.decode import decode
+from burstscope.capture.live import DEFAULT_SNAPLEN, LiveCaptureError, capture
+from burstscope.capture.pcap import PcapError, parse_pcap, read_pcap
 from burstscope.capture_view import capture_json, print_text
-from burstscope.collector.capture.analysis import analyze_capture
-from burstscope.collector.capture.coflows import MappingError, collisions, read_mapping
-from burstscope.collector.capture.decode import decode
-from burstscope.collector.capture.live import DEFAULT_SNAPLEN, LiveCaptureError, capture
-from burstscope.collector.capture.pcap import PcapError, parse_pcap, read_pcap
 from burstscope.errors import UsageError
 from burstscope.invocation import stop_on_signals
 
@@ -21,7 +21,7 @@ from burstscope.invocation import stop_on_signals
 def register(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Decode RoCEv2 (UDP 4791 + BTH) from a pcap file or a live interface "
-        "(AF_PACKET, needs CAP_NET_RAW). Coflow mapping format: see collector/capture/"
+        "(AF_PACKET, needs CAP_NET_RAW). Coflow mapping format: see capture/"
         "coflows.py (lines of `qp=N|dscp=N EP|PP|DP MICRO-BATCH LAYER`)."
     )
     source = parser.add_mutually_exclusive_group(required=True)

@@ -19,8 +19,8 @@ from burstscope.agent import Agent, AgentSettings, trace_info
 from burstscope.arguments import add_every_argument, check_every
 from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
 from burstscope.collector.http import DEFAULT_LISTEN
+from burstscope.collector.intake import AGENT_DRAIN_SECONDS, DRAIN_SECONDS
 from burstscope.collector.mqtt import MqttSettingsError, add_mqtt_arguments, mqtt_settings_from_args
-from burstscope.collector.pipeline import AGENT_DRAIN_SECONDS, DRAIN_SECONDS
 from burstscope.collector.sampler import SamplerConfig
 from burstscope.collector.simulation.profiles import DEFAULT_PROFILE, PROFILES
 from burstscope.collector.sources.base import SourceError

@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from burstscope.collector.mqtt.policy import BurstRecord, BurstSummary
 from burstscope.detectors.congestion import is_congestion
@@ -34,6 +34,9 @@ from burstscope.detectors.link_events import (
     SaturationStarted,
     StateChange,
 )
+
+if TYPE_CHECKING:  # the type only: payloads and topics need none of the read model
+    from burstscope.collector.snapshot import Snapshot
 
 PREFIX = "burstscope"
 _TOPIC_UNSAFE = re.compile(r"[/+#\x00]")
@@ -174,8 +177,8 @@ def link_event_payload(identity: Identity, event: LinkEvent) -> dict[str, Any]:
     }
 
 
-def readings_from_snapshot(snapshot: Any) -> dict[tuple[str, int], PortReading]:
-    """PortReadings from a collector.pipeline.Snapshot (typed loosely: no import cycle)."""
+def readings_from_snapshot(snapshot: Snapshot) -> dict[tuple[str, int], PortReading]:
+    """PortReadings from a pipeline's snapshot."""
     saturated: dict[tuple[str, int], dict[str, float]] = {}
     for view in snapshot.ports:
         key = (view.spec.device, view.spec.port)

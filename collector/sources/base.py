@@ -29,6 +29,9 @@ _MAX_ERRNO = (255 - STATUS_BAD) // 2 - BAD_ERRNO
 COUNTER_FILES = ("port_xmit_data", "port_rcv_data")
 # Cumulative byte counters travel as unsigned 64-bit values (the ring, the trace).
 MAX_COUNTER_BYTES = (1 << 64) - 1
+# The slow gauge every source's slow companions report as the utilization denominator: the
+# data rate after line encoding, or the operator's override (0 or absent: unknown).
+DATA_RATE_GAUGE = "data_rate_bytes_per_second"
 
 
 def bad_status(counter: int, reason: int) -> int:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT, read_attribute
 from burstscope.collector.sources.base import (
+    DATA_RATE_GAUGE,
     PortSpec,
     SlowReading,
     SlowSource,
@@ -52,7 +53,7 @@ class NetdevRateSource:
             if rate is not None:
                 readings.append(SlowReading(interface, 1, "rate_bytes_per_second", rate, None))
             data = self.line_rates.get(interface, rate or 0)
-            readings.append(SlowReading(interface, 1, "data_rate_bytes_per_second", data, None))
+            readings.append(SlowReading(interface, 1, DATA_RATE_GAUGE, data, None))
         return readings
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ from burstscope.collector.discovery import (
     parse_link_rate,
     parse_state,
 )
-from burstscope.collector.sources.base import SlowReading
+from burstscope.collector.sources.base import DATA_RATE_GAUGE, SlowReading
 from burstscope.collector.sources.slow_files import SlowFile, SlowFiles
 from burstscope.detectors.counters import CounterKind, CounterSpec
 
@@ -35,8 +35,6 @@ PORT_COUNTER_SPECS: dict[str, CounterSpec] = {
 # Gauges, re-read every poll: state follows the netdev carrier on RoCE and the rate
 # changes after a renegotiation. Values: state and phys_state ids ("4: ACTIVE" -> 4).
 GAUGE_FILES = {"state": "state", "phys_state": "phys_state", "rate_bytes_per_second": "rate"}
-# Read from the rate file beside rate_bytes_per_second: the utilization denominator.
-DATA_RATE = "data_rate_bytes_per_second"
 
 
 def _parse_state(text: str) -> int | None:
@@ -108,7 +106,7 @@ class PortCounterSource:
             key = (port.device, port.port)
             # The operator's rate wins; an unusable rate file reads 0: rate unknown now.
             rate = self.line_rates.get(port.device, data_rates.get(key, 0))
-            readings.append(SlowReading(port.device, port.port, DATA_RATE, rate, None))
+            readings.append(SlowReading(port.device, port.port, DATA_RATE_GAUGE, rate, None))
         return readings
 
     def _rate(

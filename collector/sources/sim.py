@@ -21,6 +21,7 @@ from burstscope.collector.simulation.profiles import (
     profile_named,
 )
 from burstscope.collector.sources.base import (
+    DATA_RATE_GAUGE,
     STATUS_OK,
     STATUS_REBASELINE,
     PortSpec,
@@ -145,7 +146,7 @@ def sim_slow_readings(
     readings = [
         SlowReading(port.device, port.port, "state", 4, None),
         SlowReading(port.device, port.port, "rate_bytes_per_second", rate, None),
-        SlowReading(port.device, port.port, "data_rate_bytes_per_second", data_rate or rate, None),
+        SlowReading(port.device, port.port, DATA_RATE_GAUGE, data_rate or rate, None),
     ]
     for name, value in congestion_counters(transmit_saturated_ms, receive_saturated_ms).items():
         spec = PORT_COUNTER_SPECS.get(name) or hw_counter_spec(name)

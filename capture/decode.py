@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from burstscope.collector.capture.pcap import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, Records
+from burstscope.capture.pcap import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, Records
 from burstscope.detectors.arrays import I64, U8, B
 from burstscope.detectors.packets import OPCODE_NAMES
 
@@ -82,45 +82,47 @@ class _Gather:
         return self.u8(position) << 16 | self.u16(position + 1)
 
 
-class _Skips:
-    """Why each record was skipped: 0 while it is still a candidate, else 1 + the index of
-    the first reason found in SKIP_REASONS."""
+class _Outcomes:
+    """Each record's first failed check: 0 while still a candidate, else 1 + its reason's index."""
 
-    def __init__(self, records: Records) -> None:
-        self.captured = records.captured_length
-        self.reason = np.zeros(len(records), dtype=np.int8)
-        self._codes = {name: i + 1 for i, name in enumerate(SKIP_REASONS)}
+    def __init__(self, captured: I64) -> None:
+        self.captured = captured
+        self.reason = np.zeros(captured.size, dtype=np.int8)
 
     def skip(self, condition: B, name: str) -> None:
-        reason = self.reason
-        reason[(reason == 0) & condition] = self._codes[name]
+        # Only records no earlier check skipped: the first reason is the one counted.
+        self.reason[(self.reason == 0) & condition] = SKIP_REASONS.index(name) + 1
 
     def need(self, header_end: I64) -> None:
-        """Skip records captured short of ``header_end`` (relative to the frame start)."""
+        """Skip as short_frame what ends before ``header_end`` (relative to the frame start)."""
         self.skip(self.captured < header_end, "short_frame")
 
+    def skipped(self) -> dict[str, int]:
+        counts = np.bincount(self.reason, minlength=len(SKIP_REASONS) + 1)
+        return {name: int(counts[i + 1]) for i, name in enumerate(SKIP_REASONS)}
 
-def _link_layer(records: Records, get: _Gather, skips: _Skips) -> tuple[I64, I64]:
-    """The ethertype of each record and where its IP header starts."""
+
+def _link_layer(records: Records, get: _Gather, outcomes: _Outcomes) -> tuple[I64, I64]:
+    """Each record's ethertype and where its IP header starts, past any VLAN tags."""
     n = len(records)
     frame = records.frame_offset
     if records.link_type == LINKTYPE_ETHERNET:
-        skips.need(np.full(n, 14, np.int64))
+        outcomes.need(np.full(n, 14, np.int64))
         ethertype = get.u16(frame + 12)
         l3 = frame + 14
         for _ in range(2):  # one 802.1Q tag, or an 802.1ad outer plus an inner tag
             tagged = np.isin(ethertype, VLAN_ETHERTYPES)
             if not tagged.any():
                 break
-            skips.skip(tagged & (skips.captured < l3 - frame + 4), "short_frame")
+            outcomes.skip(tagged & (records.captured_length < l3 - frame + 4), "short_frame")
             ethertype = np.where(tagged, get.u16(l3 + 2), ethertype)
             l3 = np.where(tagged, l3 + 4, l3)
     elif records.link_type == LINKTYPE_LINUX_SLL:
-        skips.need(np.full(n, 16, np.int64))
+        outcomes.need(np.full(n, 16, np.int64))
         ethertype = get.u16(frame + 14)
         l3 = frame + 16
     else:  # raw IP: the version nibble says which
-        skips.need(np.full(n, 1, np.int64))
+        outcomes.need(np.full(n, 1, np.int64))
         version = get.u8(frame) >> 4
         ethertype = np.where(version == 6, ETHERTYPE_IPV6, ETHERTYPE_IPV4)
         l3 = frame.copy()
@@ -128,11 +130,12 @@ def _link_layer(records: Records, get: _Gather, skips: _Skips) -> tuple[I64, I64
 
 
 def decode(records: Records) -> Decoded:
+    """Every record decoded as RoCEv2, or skipped for the first check it fails."""
     get = _Gather(records.data)
     frame = records.frame_offset
-    skips = _Skips(records)
-    skip, need, reason = skips.skip, skips.need, skips.reason
-    ethertype, l3 = _link_layer(records, get, skips)
+    outcomes = _Outcomes(records.captured_length)
+    skip, need = outcomes.skip, outcomes.need
+    ethertype, l3 = _link_layer(records, get, outcomes)
     ipv4 = ethertype == ETHERTYPE_IPV4
     ipv6 = ethertype == ETHERTYPE_IPV6
     skip(~(ipv4 | ipv6), "not_ip")
@@ -166,9 +169,7 @@ def decode(records: Records) -> Decoded:
     opcode = get.u8(bth)
     skip(~_KNOWN[opcode], "unknown_opcode")
 
-    keep = np.flatnonzero(reason == 0)
-    counts = np.bincount(reason, minlength=len(SKIP_REASONS) + 1)
-    skipped = {name: int(counts[i + 1]) for i, name in enumerate(SKIP_REASONS)}
+    keep = np.flatnonzero(outcomes.reason == 0)
     bth = bth[keep]
     flags = get.u8(bth + 4)
     tclass = traffic_class[keep]
@@ -185,7 +186,7 @@ def decode(records: Records) -> Decoded:
         becn=(flags & 0x40) != 0,
         dqpn=get.u24(bth + 5),
         psn=get.u24(bth + 9),
-        skipped=skipped,
+        skipped=outcomes.skipped(),
     )
 
 

@@ -10,13 +10,13 @@ The /30 exists only inside the two namespaces, so nothing sent into it can leave
 The sender and the recorder run inside ``bs-<pid>-tx`` (``ip netns exec`` remounts /sys
 for that namespace, so ``--source netdev:vtx`` reads the veth's own counters there).
 
-Command line: ``python -m burstscope.collector.testbed cleanup`` deletes namespaces left by runs
-that crashed (their pid is gone); ``python -m burstscope.collector.testbed up`` creates a testbed,
+Command line: ``python -m burstscope.testing.testbed cleanup`` deletes namespaces left by runs
+that crashed (their pid is gone); ``python -m burstscope.testing.testbed up`` creates a testbed,
 prints its names and waits until interrupted, then tears it down.
 
 Why it ships in the package rather than only in tests/: it is how an operator checks
 burstscope against real kernel counters on a node of their own before trusting it on
-a fabric (the README's testbed section), with nothing but iproute2 and root. Nothing
+a fabric (docs/testing-without-hardware.md), with nothing but iproute2 and root. Nothing
 in the agent imports it.
 """
 
@@ -221,7 +221,7 @@ class Testbed:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m burstscope.collector.testbed", description=__doc__
+        prog="python -m burstscope.testing.testbed", description=__doc__
     )
     sub = parser.add_subparsers(dest="action", required=True)
     sub.add_parser("cleanup", help="delete bs-* namespaces of runs that are gone")

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from burstscope.collector.capture.pcap import LINKTYPE_ETHERNET, PcapWriter
+from burstscope.capture.pcap import LINKTYPE_ETHERNET, PcapWriter
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from burstscope.collector.capture.decode import Decoded
-from burstscope.collector.capture.pcap import Records
+from burstscope.capture.decode import Decoded
+from burstscope.capture.pcap import Records
 from burstscope.detectors.packets import Analysis, FrameColumns, PacketColumns, analyze_packets
 
 

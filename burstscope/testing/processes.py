@@ -14,8 +14,6 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pytest
-
 # Start-up on a loaded 2-core machine (numpy, pyarrow, a sampler process) can take seconds:
 # a condition that holds on a quiet machine in 0.5 s gets this long before it fails.
 DEADLINE_SECONDS = 60.0
@@ -39,6 +37,9 @@ def wait_until(condition: Callable[[], bool], timeout: float = DEADLINE_SECONDS)
 def wait_for(check: Callable[[], Any], timeout: float, what: str, poll: float = 0.5) -> Any:
     """The first true result of ``check`` (polled every ``poll`` s), or the test fails
     naming ``what`` once ``timeout`` s have passed."""
+    # pytest only here: the benchmarks import this module where pytest need not be installed.
+    import pytest
+
     deadline = time.monotonic() + timeout
     while True:
         result = check()

@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from burstscope.collector.capture.analysis import frame_columns, packet_columns
-from burstscope.collector.capture.decode import Decoded
-from burstscope.collector.capture.pcap import Records
+from burstscope.capture.analysis import frame_columns, packet_columns
+from burstscope.capture.decode import Decoded
+from burstscope.capture.pcap import Records
 from burstscope.detectors import coflows
 from burstscope.detectors.coflows import TYPE_RANK, Coflow, Mapping
 

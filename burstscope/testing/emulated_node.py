@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from tests.processes import free_port
+from burstscope.testing.processes import free_port
 
 DATA_FILES = {"transmit": "port_xmit_data", "receive": "port_rcv_data"}
 # IB PortCounters port_{xmit,rcv}_data count 4-octet words (perfquery(8)).

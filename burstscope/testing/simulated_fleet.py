@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.emulated_node import agent_settings, scrape
-from tests.processes import free_port
+from burstscope.testing.emulated_node import agent_settings, scrape
+from burstscope.testing.processes import free_port
 
-DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards"
+# The dashboards and rules as the package carries them (a link to dashboards/ in a checkout).
+DASHBOARDS = Path(__file__).resolve().parent.parent / "data-files" / "dashboards"
 SAMPLE = re.compile(
     r"^(?P<series>(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?) (?P<value>\S+)$"
 )

@@ -4,7 +4,7 @@ Packets are UDP datagrams to port 4791 whose payload is an InfiniBand BTH (opcod
 destination QP, PSN) plus payload and ICRC, built once per QP and opcode with scapy's
 RoCE layers and then sent from prebuilt bytes; only the PSN is rewritten per packet (the
 ICRC is therefore stale: nothing on a veth checks it). Run it inside the sending
-namespace of a :mod:`burstscope.collector.testbed`. It ships with the testbed for the same
+namespace of a :mod:`burstscope.testing.testbed`. It ships with the testbed for the same
 reason (an
 operator's own check against known bursts) and needs the ``capture`` extra (scapy);
 nothing in the agent imports it.
@@ -327,7 +327,7 @@ def run(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m burstscope.collector.rocegen", description=__doc__
+        prog="python -m burstscope.testing.rocegen", description=__doc__
     )
     parser.add_argument("--source", required=True, help="this end's IPv4 address (testbed /30)")
     parser.add_argument("--destination", required=True, help="the peer's IPv4 address")

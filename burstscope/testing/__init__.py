@@ -1,0 +1,1 @@
+"""The test kit of tests/, bench/ and operators: emulated nodes, a fleet, the veth testbed."""

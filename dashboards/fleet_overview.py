@@ -1,0 +1,300 @@
+"""The fleet overview dashboard: the hottest ports, the fleet's spread over time, the agents.
+
+Built for a fleet (590 nodes x 9 ports): panels over time read the per-node series of the
+recording rules and plot their spread across nodes (highest, 90th percentile, median),
+never one line per port; peaks are ``max_over_time(...[$__interval])`` so zooming out
+drops no peak. The tables link each row to the port drill-down.
+"""
+
+from __future__ import annotations
+
+from dashboards.builder import (
+    AGENT_CPU_CORES,
+    AGENTS,
+    AVERAGE_15S,
+    FLEET,
+    NODES,
+    RULES,
+    Json,
+    dashboard,
+    panel,
+    rate_of,
+    row,
+    spread,
+    stat,
+    target,
+    value_mappings,
+)
+from dashboards.port_drilldown import DRILLDOWN_LINK
+
+UID = "burstscope-fleet-overview"
+
+NODE_PEAK = RULES.series("instance", "burstscope_port_peak_utilization_ratio")
+NODE_AVERAGE_15S = RULES.series("instance", "burstscope_port_data_bytes_per_line_rate")
+NODE_SATURATED = RULES.series("instance", "burstscope_port_saturated_samples_per_samples")
+NODE_SYNCHRONY = RULES.series(
+    "instance", "burstscope_port_peak_utilization_above_90_percent_per_ports"
+)
+NODE_BURSTS = RULES.series("instance", "burstscope_port_bursts")
+# Grafana's "Min interval" on the fleet panels over time: each reads one series per node
+# (590 on Acme's fleet), so a 6 h view at Grafana's ~1,000 points (a 20 s step) costs
+# 590 x 1,080 points per line; one point a minute is a third of that, and
+# max_over_time(...[$__interval]) still keeps every peak inside the minute.
+FLEET_MIN_INTERVAL = "1m"
+
+# A click on a table's node opens its drill-down.
+_LINK_TO_DRILLDOWN = [
+    {
+        "matcher": {"id": "byName", "options": "instance"},
+        "properties": [{"id": "links", "value": [DRILLDOWN_LINK]}],
+    }
+]
+
+
+def _port_table(
+    title: str,
+    description: str,
+    targets: list[Json],
+    width: int,
+    sort_by: str,
+    organize: Json,
+    merge: bool = False,
+) -> Json:
+    """A table of port directions, highest ``sort_by`` first, each node linked to its drill-down.
+
+    ``organize`` hides and renames columns; ``merge`` first joins the targets' rows.
+    """
+    transformations: list[Json] = [{"id": "merge", "options": {}}] if merge else []
+    transformations.append({"id": "organize", "options": organize})
+    return panel(
+        "table",
+        title,
+        description,
+        targets,
+        "percentunit",
+        (width, 10),
+        options={
+            "showHeader": True,
+            "showTypeIcons": False,
+            "frameIndex": 0,
+            "cellHeight": "sm",
+            "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
+            "sortBy": [{"displayName": sort_by, "desc": True}],
+        },
+        overrides=_LINK_TO_DRILLDOWN,
+        transformations=transformations,
+    )
+
+
+def _hottest_ports() -> Json:
+    peak = f'burstscope_port_peak_utilization_ratio{{{FLEET}, window="15s"}}'
+    hottest = f"topk(20, {peak})"
+    return _port_table(
+        "Hottest ports: 1 ms peak beside the 15 s average",
+        "The 20 port directions with the highest 1 ms utilization in the last 15 s, beside "
+        "their mean over the last scrape interval (15 s; recording rule "
+        "..._ratio_irate1m). A high peak over a low average is a burst a 15 s exporter "
+        "cannot see. Click a node to open its Port drill-down.",
+        [
+            target(hottest, ref="A", instant=True, format="table"),
+            target(
+                f"{AVERAGE_15S}{{{FLEET}}}\n"
+                "  and on (instance, device, port, direction)\n" + hottest,
+                ref="B",
+                instant=True,
+                format="table",
+            ),
+        ],
+        14,
+        "1 ms peak",
+        {
+            "excludeByName": {"Time": True, "window": True, "__name__": True, "job": True},
+            "renameByName": {"Value #A": "1 ms peak", "Value #B": "15 s average"},
+        },
+        merge=True,
+    )
+
+
+def _hidden_saturation() -> Json:
+    return _port_table(
+        "Ports with hidden saturation",
+        "Share of the last 5 m each port direction spent saturated (>= 90%) inside 15 s "
+        "windows whose mean stayed below 25%: saturation a 15 s scrape reports as quiet. "
+        "Click a node to open its Port drill-down.",
+        [
+            target(
+                f"topk(10, rate(burstscope_port_hidden_saturated_seconds_total{{{FLEET}}}[5m]))",
+                instant=True,
+                format="table",
+            )
+        ],
+        10,
+        "hidden saturated share",
+        {
+            "excludeByName": {"Time": True, "job": True},
+            "renameByName": {"Value": "hidden saturated share"},
+        },
+    )
+
+
+def fleet_peaks_row() -> list[Json]:
+    """Instant tables of the hottest ports, each row linked to its drill-down."""
+    return [row("Peaks the 15 s averages hide"), _hottest_ports(), _hidden_saturation()]
+
+
+def fleet_trends_row() -> list[Json]:
+    """Per-node recorded series, as their spread across the fleet (3 lines, not 590)."""
+
+    def peak_of(name: str) -> str:
+        return f"max_over_time({name}{{{NODES}}}[$__interval])"
+
+    return [
+        row("Fleet trends (spread across nodes)"),
+        panel(
+            "timeseries",
+            "1 ms peak and 15 s average, across nodes",
+            "Per node, the highest 1 ms sample of any port in each step (max_over_time of the "
+            "15 s peak, so zooming out drops no peak), and the highest mean over one 15 s "
+            "scrape interval of any port in each step; then the highest node, the 90th "
+            "percentile and the median node.",
+            [
+                target(f"max({peak_of(NODE_PEAK)})", "highest 1 ms peak", "A"),
+                target(f"quantile(0.5, {peak_of(NODE_PEAK)})", "median node's 1 ms peak", "B"),
+                target(f"max({peak_of(NODE_AVERAGE_15S)})", "highest 15 s average", "C"),
+                target(
+                    f"quantile(0.5, {peak_of(NODE_AVERAGE_15S)})",
+                    "median node's 15 s average",
+                    "D",
+                ),
+            ],
+            "percentunit",
+            interval=FLEET_MIN_INTERVAL,
+        ),
+        panel(
+            "timeseries",
+            "Share of saturated milliseconds, across nodes",
+            "Per node, the share of all its ports' 1 ms samples at or above 90% of line rate "
+            "over the last 5 m (recording rule, buckets summed over ports before dividing); "
+            "the highest in each step, the 90th percentile and the median node.",
+            spread(peak_of(NODE_SATURATED), "node"),
+            "percentunit",
+            interval=FLEET_MIN_INTERVAL,
+        ),
+        panel(
+            "timeseries",
+            "Rail synchrony, across nodes",
+            "Per node: the share of its port directions whose 1 ms peak over the last 15 s "
+            "reached 90% (highest in each step). 1 means every rail saturated within the same "
+            "15 s (a synchronized collective); a lone port near 0 is one hot rail. A proxy: it "
+            "cannot tell whether the bursts overlapped within the same millisecond.",
+            spread(peak_of(NODE_SYNCHRONY), "node"),
+            "percentunit",
+            interval=FLEET_MIN_INTERVAL,
+        ),
+        panel(
+            "timeseries",
+            "Bursts per second, across nodes",
+            "Bursts (runs above 50% of line rate) that ended per second over the last 1 m, "
+            "all ports of a node (recording rule); highest, 90th percentile and median node.",
+            spread(f"{NODE_BURSTS}{{{NODES}}}", "node"),
+            "ops",
+            interval=FLEET_MIN_INTERVAL,
+        ),
+    ]
+
+
+def _agents_down() -> list[Json]:
+    """How many agents, and how many of their samplers, are down: 0 is green."""
+    down_steps: list[Json] = [{"color": "green", "value": None}, {"color": "red", "value": 1}]
+    none_down = value_mappings({"0": ("none", "green")})
+    return [
+        stat(
+            "Agents down",
+            "Targets of job burstscope whose last scrape failed (up == 0): alert AgentDown.",
+            [target(f"count(up{{{AGENTS}}} == 0) or vector(0)", "down", instant=True)],
+            (4, 6),
+            down_steps,
+            none_down,
+        ),
+        stat(
+            "Samplers down",
+            "Agents that answer but whose 1 ms sampler process is not running "
+            "(burstscope_sampler_up == 0): alert AgentLagging.",
+            [
+                target(
+                    f"count(burstscope_sampler_up{{{NODES}}} == 0) or vector(0)",
+                    "down",
+                    instant=True,
+                )
+            ],
+            (4, 6),
+            down_steps,
+            none_down,
+        ),
+    ]
+
+
+def fleet_agents_row() -> list[Json]:
+    """Whether every agent runs, samples on time, and what it costs its node."""
+    return [
+        row("Agents"),
+        *_agents_down(),
+        panel(
+            "timeseries",
+            "Agent CPU per node",
+            "CPU of the whole agent, in cores: its main process (process_cpu_seconds_total "
+            "from prometheus-client's process collector) plus its 1 ms sampler process "
+            "(burstscope_sampler_cpu_seconds_total); highest, 90th percentile and median node.",
+            spread(AGENT_CPU_CORES, "node"),
+            "short",
+            (8, 6),
+            interval=FLEET_MIN_INTERVAL,
+        ),
+        panel(
+            "timeseries",
+            "Agent memory per node",
+            "Resident memory of the whole agent: main process (process_resident_memory_bytes) "
+            "plus sampler process (burstscope_sampler_resident_memory_bytes). Shared pages "
+            "count twice, so this is an upper bound of what the node gives it.",
+            spread(
+                f"(process_resident_memory_bytes{{{AGENTS}}}"
+                f" + burstscope_sampler_resident_memory_bytes{{{AGENTS}}})",
+                "node",
+            ),
+            "bytes",
+            (8, 6),
+            interval=FLEET_MIN_INTERVAL,
+        ),
+        panel(
+            "timeseries",
+            "Missed sampler ticks",
+            "Deadlines the 1 ms sampler skipped, per second: the node missing the most, and "
+            "the fleet total. Anything above 0 for long means peaks from that node are "
+            "incomplete (alert AgentLagging).",
+            [
+                target(
+                    f"max({rate_of('burstscope_sampler_missed_ticks_total', NODES)})",
+                    "worst node",
+                    "A",
+                ),
+                target(
+                    f"sum({rate_of('burstscope_sampler_missed_ticks_total', NODES)})",
+                    "fleet",
+                    "B",
+                ),
+            ],
+            "ops",
+            (24, 6),
+            interval=FLEET_MIN_INTERVAL,
+        ),
+    ]
+
+
+def fleet_overview() -> Json:
+    return dashboard(
+        UID,
+        "burstscope / Fleet overview",
+        "Millisecond peaks of every RDMA port beside the 15 s averages other exporters show.",
+        [*fleet_peaks_row(), *fleet_trends_row(), *fleet_agents_row()],
+        drilldown=False,
+    )

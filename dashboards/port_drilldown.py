@@ -1,0 +1,459 @@
+"""The port drill-down dashboard: one node's ports, average, peak and p99 together, bursts,
+congestion, link and agent health."""
+
+from __future__ import annotations
+
+from dashboards.builder import (
+    AGENT_CPU_CORES,
+    AGENTS,
+    AVERAGE_15S,
+    NODES,
+    PORT,
+    PORT_DIRECTION,
+    RULES,
+    Json,
+    dashboard,
+    panel,
+    rate_of,
+    row,
+    stat,
+    target,
+    value_mappings,
+)
+
+UID = "burstscope-port-drilldown"
+
+PORT_ABOVE_95 = RULES.series(
+    "instance_device_port_direction", "burstscope_port_samples_above_95_percent_per_samples"
+)
+SATURATION_SHARE = RULES.series("global", "burstscope_burst_saturation_share")
+LEGEND = "{{device}}/{{port}} {{direction}}"
+PORT_LEGEND = "{{device}}/{{port}}"
+PORT_STATES = {"1": ("DOWN", "red"), "2": ("INIT", "orange"), "3": ("ARMED", "yellow")}
+PORT_STATES |= {"4": ("ACTIVE", "green"), "5": ("ACTIVE_DEFER", "orange")}
+
+# Where a fleet row leads: the drill-down on that node and port, same range and source.
+DRILLDOWN_LINK = {
+    "title": "Port drill-down for ${__data.fields.instance} ${__data.fields.device}",
+    "url": f"/d/{UID}/burstscope-port-drill-down?"
+    "var-datasource=${datasource}&var-instance=${__data.fields.instance}"
+    "&var-device=${__data.fields.device}&var-port=${__data.fields.port}"
+    "&var-direction=All&${__url_time_range}",
+    "targetBlank": False,
+}
+
+
+def _utilization_heatmap() -> Json:
+    return panel(
+        "heatmap",
+        "Utilization heatmap (1 ms samples)",
+        "How many 1 ms samples per second fell in each utilization bucket.",
+        [
+            target(
+                "sum by (le) ("
+                + rate_of("burstscope_port_utilization_ratio_bucket", PORT_DIRECTION)
+                + ")",
+                "{{le}}",
+                format="heatmap",
+            )
+        ],
+        "percentunit",
+        (12, 9),
+        options={
+            "calculate": False,
+            "yAxis": {"unit": "percentunit", "axisPlacement": "left"},
+            "cellValues": {"unit": "ops"},
+            "color": {
+                "mode": "scheme",
+                "scheme": "Oranges",
+                "steps": 64,
+                "fill": "dark-orange",
+                "scale": "exponential",
+                "exponent": 0.5,
+                "reverse": False,
+            },
+            "legend": {"show": True},
+            "tooltip": {"mode": "single", "yHistogram": False, "showColorScale": False},
+            "cellGap": 1,
+            "rowsFrame": {"layout": "auto"},
+            "filterValues": {"le": 1e-9},
+            "exemplars": {"color": "rgba(255,0,255,0.7)"},
+            "showValue": "auto",
+            "selectionMode": "x",
+        },
+    )
+
+
+def drill_utilization_row() -> list[Json]:
+    return [
+        row("Utilization"),
+        panel(
+            "timeseries",
+            "1 ms peak, 15 s average and p99",
+            "The highest 1 ms sample in each step (max_over_time of the trailing 15 s peak, "
+            "so zooming out drops no peak); the mean over one 15 s scrape interval "
+            "(recording rule ..._ratio_irate1m), highest in each step; and the 99th "
+            "percentile of 1 ms samples over the rate interval (from the utilization "
+            "histogram). Lines at 25% (busy) and 90% (saturated).",
+            [
+                target(
+                    "max_over_time(burstscope_port_peak_utilization_ratio"
+                    f'{{{PORT_DIRECTION}, window="15s"}}[$__interval])',
+                    LEGEND + " 1 ms peak",
+                    "A",
+                ),
+                target(
+                    f"max_over_time({AVERAGE_15S}{{{PORT_DIRECTION}}}[$__interval])",
+                    LEGEND + " 15 s average",
+                    "B",
+                ),
+                target(
+                    "histogram_quantile(0.99, "
+                    + rate_of("burstscope_port_utilization_ratio_bucket", PORT_DIRECTION)
+                    + ")",
+                    LEGEND + " p99 of 1 ms samples",
+                    "C",
+                ),
+            ],
+            "percentunit",
+            (24, 9),
+        ),
+        panel(
+            "timeseries",
+            "Share of milliseconds at >= 95% (BurstSaturation)",
+            "Share of 1 ms samples at or above 95% of line rate over 5 m (recording rule), "
+            "highest in each step, beside the share above which BurstSaturation pages "
+            f"({SATURATION_SHARE}).",
+            [
+                target(
+                    f"max_over_time({PORT_ABOVE_95}{{{PORT_DIRECTION}}}[$__interval])",
+                    LEGEND,
+                    "A",
+                ),
+                target(SATURATION_SHARE, "alert share", "B"),
+            ],
+            "percentunit",
+            (12, 9),
+        ),
+        _utilization_heatmap(),
+    ]
+
+
+def drill_bursts_row() -> list[Json]:
+    duration = "burstscope_port_burst_duration_seconds"
+    return [
+        row("Bursts"),
+        panel(
+            "timeseries",
+            "Burst rate",
+            "Bursts (maximal runs above 50% of line rate) that ended, per second.",
+            [target(rate_of("burstscope_port_bursts_total", PORT_DIRECTION), LEGEND)],
+            "ops",
+            (8, 8),
+        ),
+        panel(
+            "timeseries",
+            "Burst duration",
+            "Mean, median and p99 duration of the bursts that ended in the rate interval "
+            "(both directions of a port: the histogram is per port; buckets one per decade "
+            "from 1 ms to 10 s).",
+            [
+                target(
+                    rate_of(f"{duration}_sum", PORT)
+                    + "\n  /\n"
+                    + rate_of(f"{duration}_count", PORT),
+                    PORT_LEGEND + " mean",
+                    "A",
+                ),
+                target(
+                    f"histogram_quantile(0.5, {rate_of(f'{duration}_bucket', PORT)})",
+                    PORT_LEGEND + " p50",
+                    "B",
+                ),
+                target(
+                    f"histogram_quantile(0.99, {rate_of(f'{duration}_bucket', PORT)})",
+                    PORT_LEGEND + " p99",
+                    "C",
+                ),
+            ],
+            "s",
+            (8, 8),
+        ),
+        panel(
+            "timeseries",
+            "Saturated time",
+            "Share of time at or above 90% of line rate over the rate interval, and the part "
+            "of it inside 15 s windows that looked quiet (hidden).",
+            [
+                target(
+                    rate_of("burstscope_port_saturated_seconds_total", PORT_DIRECTION),
+                    LEGEND + " saturated",
+                    "A",
+                ),
+                target(
+                    rate_of("burstscope_port_hidden_saturated_seconds_total", PORT_DIRECTION),
+                    LEGEND + " hidden",
+                    "B",
+                ),
+            ],
+            "percentunit",
+            (8, 8),
+        ),
+    ]
+
+
+def drill_congestion_row() -> list[Json]:
+    return [
+        row("Congestion beside bursts"),
+        panel(
+            "timeseries",
+            "Bytes carried in bursts",
+            "Bytes per second carried inside bursts: line these up with the congestion "
+            "counters to the right.",
+            [target(rate_of("burstscope_port_burst_bytes_total", PORT_DIRECTION), LEGEND)],
+            "Bps",
+            (12, 8),
+        ),
+        panel(
+            "timeseries",
+            "CNP / ECN packets",
+            "RoCE congestion control packets per second by kernel counter name "
+            "(np_cnp_sent, rp_cnp_handled, rp_cnp_ignored, np_ecn_marked_roce_packets).",
+            [
+                target(
+                    rate_of("burstscope_port_congestion_packets_total", PORT),
+                    PORT_LEGEND + " {{counter}}",
+                )
+            ],
+            "pps",
+            (12, 8),
+        ),
+        panel(
+            "timeseries",
+            "Transmit wait",
+            "port_xmit_wait ticks per second: data queued with nothing sent. Tick length "
+            "differs by HCA generation: compare ports of one model only.",
+            [target(rate_of("burstscope_port_transmit_wait_total", PORT), PORT_LEGEND)],
+            "ops",
+            (12, 8),
+        ),
+        panel(
+            "timeseries",
+            "PFC pause frames",
+            "PFC pause frames per second by priority and direction (ethtool).",
+            [
+                target(
+                    rate_of("burstscope_port_pfc_pause_frames_total", PORT_DIRECTION),
+                    PORT_LEGEND + " {{direction}} prio {{priority}}",
+                )
+            ],
+            "ops",
+            (12, 8),
+        ),
+    ]
+
+
+def drill_link_row() -> list[Json]:
+    state_steps: list[Json] = [{"color": "red", "value": None}, {"color": "green", "value": 4}]
+    return [
+        row("Link"),
+        stat(
+            "Port state",
+            "Logical port state by name (counters state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, "
+            "5 ACTIVE_DEFER). Anything but ACTIVE on a training rail stalls its collectives.",
+            [target(f"burstscope_port_state{{{PORT}}}", PORT_LEGEND, instant=True)],
+            (6, 6),
+            state_steps,
+            value_mappings(PORT_STATES),
+        ),
+        panel(
+            "timeseries",
+            "Line rate",
+            "Line rate of each port: a drop below its usual value is a degraded link.",
+            [target(f"burstscope_port_line_rate_bytes_per_second{{{PORT}}}", PORT_LEGEND)],
+            "Bps",
+            (6, 6),
+        ),
+        panel(
+            "timeseries",
+            "Link errors and link downs",
+            "Link error PortCounters and link_downed increments over the rate interval.",
+            [
+                target(
+                    f"increase(burstscope_port_errors_total{{{PORT}}}[$__rate_interval])",
+                    PORT_LEGEND + " {{counter}}",
+                    "A",
+                ),
+                target(
+                    f"increase(burstscope_port_link_downed_total{{{PORT}}}[$__rate_interval])",
+                    PORT_LEGEND + " link_downed",
+                    "B",
+                ),
+            ],
+            "short",
+            (12, 6),
+        ),
+    ]
+
+
+def _health_stats() -> list[Json]:
+    """Whether Prometheus reaches the agent, its sampler runs, and runs under SCHED_FIFO."""
+    up_down = value_mappings({"0": ("down", "red"), "1": ("up", "green")})
+    up_steps: list[Json] = [{"color": "red", "value": None}, {"color": "green", "value": 1}]
+    return [
+        stat(
+            "Agent scrape",
+            "up: whether Prometheus' last scrape of this agent succeeded (alert AgentDown).",
+            [target(f"up{{{AGENTS}}}", "scrape", instant=True)],
+            (4, 7),
+            up_steps,
+            up_down,
+        ),
+        stat(
+            "Sampler",
+            "1 while the 1 ms sampler process is alive (alert AgentLagging when it is not).",
+            [target(f"burstscope_sampler_up{{{NODES}}}", "sampler", instant=True)],
+            (4, 7),
+            up_steps,
+            up_down,
+        ),
+        stat(
+            "Realtime scheduling",
+            "Whether the sampler runs under SCHED_FIFO; without it, expect more lateness.",
+            [target(f"burstscope_sampler_realtime{{{NODES}}}", "SCHED_FIFO", instant=True)],
+            (4, 7),
+            [{"color": "orange", "value": None}, {"color": "green", "value": 1}],
+            value_mappings({"0": ("no", "orange"), "1": ("yes", "green")}),
+        ),
+    ]
+
+
+def _sampler_timing() -> list[Json]:
+    """Ticks the sampler missed, samples the agent lost, and how late the sampler woke."""
+    return [
+        panel(
+            "timeseries",
+            "Missed ticks and lost samples",
+            "Deadlines skipped by the sampler and ring rows overwritten before the agent read "
+            "them, per second.",
+            [
+                target(
+                    rate_of("burstscope_sampler_missed_ticks_total", NODES),
+                    "{{instance}} missed ticks",
+                    "A",
+                ),
+                target(
+                    rate_of("burstscope_ring_lost_samples_total", NODES),
+                    "{{instance}} lost samples",
+                    "B",
+                ),
+            ],
+            "ops",
+            (12, 7),
+        ),
+        panel(
+            "timeseries",
+            "Sampler lateness p99",
+            "99th percentile of wake-up minus deadline per tick, and the sampling interval "
+            "for scale.",
+            [
+                target(
+                    "histogram_quantile(0.99, "
+                    + rate_of("burstscope_sampler_lateness_seconds_bucket", NODES)
+                    + ")",
+                    "{{instance}} p99 lateness",
+                    "A",
+                ),
+                target(
+                    f"burstscope_sampler_interval_seconds{{{NODES}}}",
+                    "{{instance}} interval",
+                    "B",
+                ),
+            ],
+            "s",
+            (8, 7),
+        ),
+    ]
+
+
+def _reads_and_cost() -> list[Json]:
+    """How long reads and scrapes take, what the agent costs, and what failed."""
+    return [
+        panel(
+            "timeseries",
+            "Read duration p99 by source",
+            "99th percentile of one read: one port's data counters per tick for the fast "
+            "source, one poll for slow sources. On a real HCA it decides what resolution is "
+            "honest.",
+            [
+                target(
+                    "histogram_quantile(0.99, sum by (instance, source, le) ("
+                    + rate_of("burstscope_source_read_duration_seconds_bucket", NODES)
+                    + "))",
+                    "{{instance}} {{source}}",
+                )
+            ],
+            "s",
+            (8, 7),
+        ),
+        panel(
+            "timeseries",
+            "Scrape duration and agent cost",
+            "How long the previous /metrics scrape took to build, and the CPU of the whole "
+            "agent in cores (main process plus sampler process).",
+            [
+                target(
+                    f"burstscope_scrape_duration_seconds{{{NODES}}}",
+                    "{{instance}} scrape (s)",
+                    "A",
+                ),
+                target(AGENT_CPU_CORES, "{{instance}} agent CPU (cores)", "B"),
+            ],
+            "short",
+            (8, 7),
+        ),
+        panel(
+            "timeseries",
+            "Source errors and failed reads",
+            "Failed opens, polls or files of slow sources, and failed 1 ms data reads, per second.",
+            [
+                target(
+                    rate_of("burstscope_source_errors_total", NODES),
+                    "{{instance}} {{source}}",
+                    "A",
+                ),
+                target(
+                    rate_of("burstscope_port_failed_reads_total", PORT),
+                    PORT_LEGEND + " failed reads",
+                    "B",
+                ),
+                target(
+                    rate_of("burstscope_port_data_resets_total", PORT),
+                    PORT_LEGEND + " counter resets",
+                    "C",
+                ),
+            ],
+            "ops",
+            (24, 7),
+        ),
+    ]
+
+
+def drill_health_row() -> list[Json]:
+    return [row("Agent health"), *_health_stats(), *_sampler_timing(), *_reads_and_cost()]
+
+
+def port_drilldown() -> Json:
+    return dashboard(
+        UID,
+        "burstscope / Port drill-down",
+        "One node's ports: average, peak and p99 together, bursts, congestion, agent health.",
+        [
+            *drill_utilization_row(),
+            *drill_bursts_row(),
+            *drill_congestion_row(),
+            *drill_link_row(),
+            *drill_health_row(),
+        ],
+        drilldown=True,
+    )
