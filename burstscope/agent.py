@@ -70,6 +70,7 @@ class AgentSettings:
     source_spec: str | None = None  # as given, for a reload and the trace's metadata
     line_rate_gbits: float | None = None  # --line-rate / line_rate_gbits, if given
     line_rates_gbits: tuple[tuple[str, float], ...] = ()  # [source.line_rates], --line-rate-for
+    ethtool: bool | None = None  # --ethtool / source.ethtool, if given
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
@@ -103,6 +104,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
             interval = parse_interval(args.interval)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    ethtool = pick("ethtool", "source", "ethtool", None)
     source = build_source_from(
         spec,
         sysfs_root,
@@ -110,6 +112,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         pick("exclude", "source", "exclude", None),
         line_rate,
         line_rates,
+        ethtool,
     )
     cert = pick("tls_cert", "listen", "tls_cert", None)
     key = pick("tls_key", "listen", "tls_key", None)
@@ -152,6 +155,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         source_spec=spec,
         line_rate_gbits=line_rate,
         line_rates_gbits=tuple(sorted(line_rates.items())),
+        ethtool=ethtool,
     )
 
 
@@ -296,6 +300,7 @@ def _restart_only(settings: AgentSettings) -> dict[str, Any]:
         "source.sysfs_root": settings.sysfs_root,
         "source.line_rate_gbits": settings.line_rate_gbits,
         "source.line_rates": settings.line_rates_gbits,
+        "source.ethtool": settings.ethtool,
         "source.interval": sampler.interval_ns,
         "source.slow_interval": settings.slow_interval_seconds,
         "sampler": (sampler.realtime_priority, sampler.cpu, sampler.spin_ns),

@@ -51,6 +51,12 @@ def add_source_arguments(parser: argparse.ArgumentParser, defaults: bool = True)
     parser.add_argument(
         "--interval", default="1ms" if defaults else None, help="sampling interval, 100us..60s"
     )
+    parser.add_argument(
+        "--ethtool",
+        action=argparse.BooleanOptionalAction,
+        help="read the ethtool statistics (PFC) of each RoCE netdev; ethtool asks the running "
+        f"kernel, so the default is on only with --sysfs-root {DEFAULT_SYSFS_ROOT}",
+    )
 
 
 # What every "line rate unknown" message points to.
@@ -83,8 +89,14 @@ def build_source_from(
     exclude: str | None,
     line_rate_gbits: float | None,
     line_rates_gbits: dict[str, float] | None = None,
+    ethtool: bool | None = None,
 ) -> CounterSource:
-    """The source the flags (or their configuration-file values) name; UsageError if none."""
+    """The source the flags (or their configuration-file values) name; UsageError if none.
+
+    ``ethtool`` None: read it only over the running kernel's sysfs. SIOCETHTOOL always asks
+    the running kernel, so beside a fixture or emulated tree it would read interfaces that
+    are not the tree's (or fail on names the kernel does not have).
+    """
     line_rate = None
     if line_rate_gbits is not None:
         if line_rate_gbits <= 0:
@@ -102,6 +114,7 @@ def build_source_from(
             exclude=compile_filter(exclude, "--exclude"),
             line_rate_bytes_per_second=line_rate,
             line_rates=rates,
+            ethtool=sysfs_root == DEFAULT_SYSFS_ROOT if ethtool is None else ethtool,
         )
         return build_source(spec, options)
     except (ValueError, SourceError) as exc:
@@ -116,6 +129,7 @@ def source_from_args(args: argparse.Namespace) -> CounterSource:
         args.exclude,
         args.line_rate,
         dict(args.line_rate_for or ()),
+        args.ethtool,
     )
 
 

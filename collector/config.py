@@ -2,7 +2,8 @@
 
 Layout (all tables and keys optional; command-line flags override the file)::
 
-    [source]      spec, sysfs_root, include, exclude, line_rate_gbits, interval, slow_interval
+    [source]      spec, sysfs_root, include, exclude, line_rate_gbits, interval, slow_interval,
+                  ethtool
     [source.line_rates]  DEVICE = GBITS (the data rate of one device's ports)
     [thresholds]  burst, saturated, idle, busy
     [listen]      address, tls_cert, tls_key, tls_client_ca
@@ -39,6 +40,12 @@ class ConfigError(Exception):
 def _string(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"must be a string, not {type(value).__name__}")
+    return value
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false, not {value!r}")
     return value
 
 
@@ -164,6 +171,8 @@ SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
         "interval": _interval,
         # Every slow read is a firmware command on mlx5: at most once a second.
         "slow_interval": _number(1.0, 3600.0, " s"),
+        # SIOCETHTOOL asks the running kernel: by default read only with sysfs_root "/sys".
+        "ethtool": _boolean,
     },
     "thresholds": {"burst": _ratio, "saturated": _ratio, "idle": _ratio, "busy": _ratio},
     "listen": {

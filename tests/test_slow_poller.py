@@ -206,7 +206,8 @@ def test_the_infiniband_source_names_its_slow_sources() -> None:
     assert [(p.device, p.port) for p in hw.ports] == [("irdma0", 1), ("mlx5_1", 1)]
     assert isinstance(ethtool, EthtoolSource) and ethtool.interface == "ens1f1np1"
 
-    with_netlink = fast.slow_sources(with_ethtool=False, probe=lambda _: None)
+    without_ethtool = InfiniBandSource(str(SYSFS), ethtool=False)
+    with_netlink = without_ethtool.slow_sources(probe=lambda _: None)
     assert [s.name for s in with_netlink] == ["port_slow", "rdma_netlink"]
     assert isinstance(with_netlink[1], RdmaNetlinkSource)
     assert list(with_netlink[1].ports) == [("irdma0", 1), ("mlx5_1", 1)]
@@ -215,7 +216,8 @@ def test_the_infiniband_source_names_its_slow_sources() -> None:
 def test_the_netdev_source_names_ethtool_and_it_reads_lo_for_real() -> None:
     fast = NetdevSource(("lo",))
     # The interface's speed, re-read every poll, is the line rate's one road.
-    assert [s.name for s in fast.slow_sources(with_ethtool=False)] == ["netdev_rate"]
+    without_ethtool = NetdevSource(("lo",), ethtool=False)
+    assert [s.name for s in without_ethtool.slow_sources()] == ["netdev_rate"]
     sources = fast.slow_sources()
     assert [s.name for s in sources] == ["netdev_rate", "ethtool:lo"]
     poller = SlowPoller(sources)

@@ -208,7 +208,7 @@ class _Source(files.FileCounterSource):
         self._files = counters
         self.ports = tuple(PortSpec(f"port{i}", 1, 0) for i in range(len(counters)))
 
-    def slow_sources(self, with_ethtool: bool = True) -> list[SlowSource]:
+    def slow_sources(self) -> list[SlowSource]:
         return []
 
 

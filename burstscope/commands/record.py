@@ -9,7 +9,6 @@ from pathlib import Path
 from types import FrameType
 
 from burstscope.arguments import add_source_arguments, sampler_config_from_args, source_from_args
-from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
 from burstscope.collector.recorder import record
 from burstscope.collector.sampler import SamplerError
 from burstscope.collector.trace import TraceError, prepare_output
@@ -25,20 +24,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not record the slow counters (errors, congestion, PFC) polled at 1 Hz",
     )
-    parser.add_argument(
-        "--ethtool",
-        action=argparse.BooleanOptionalAction,
-        help="record the ethtool statistics (PFC) of each RoCE netdev; ethtool asks the "
-        f"running kernel, so the default is on only with --sysfs-root {DEFAULT_SYSFS_ROOT}",
-    )
     parser.set_defaults(func=run)
-
-
-def with_ethtool(args: argparse.Namespace) -> bool:
-    """--ethtool as given; by default only over the running kernel's sysfs, which it asks."""
-    if args.ethtool is not None:
-        return bool(args.ethtool)
-    return bool(args.sysfs_root == DEFAULT_SYSFS_ROOT)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             ),
-            slow_sources=[] if args.no_slow else source.slow_sources(with_ethtool(args)),
+            slow_sources=[] if args.no_slow else source.slow_sources(),
         )
     except (SamplerError, TraceError) as exc:
         raise UsageError(str(exc)) from None

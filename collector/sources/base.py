@@ -80,6 +80,10 @@ class SourceOptions:
     line_rate_bytes_per_second: int | None = None  # --line-rate: every port
     # [source.line_rates] / --line-rate-for DEVICE=GBITS: per device, over the rest.
     line_rates: tuple[tuple[str, int], ...] = ()
+    # Read the ethtool statistics (PFC) of each netdev. SIOCETHTOOL asks the running kernel
+    # whatever sysfs_root says, so whoever builds the options decides it once, from the
+    # settings, for every command.
+    ethtool: bool = True
 
     def line_rate_for(self, device: str) -> int | None:
         """The operator's data rate for this device, bytes/s; None: read it from the kernel."""
@@ -158,11 +162,11 @@ class CounterSource(Protocol):
 
     def close(self) -> None: ...
 
-    def slow_sources(self, with_ethtool: bool = True) -> list[SlowSource]:
+    def slow_sources(self) -> list[SlowSource]:
         """The slow sources that go with this one (errors, congestion, PFC), maybe none.
 
-        The source names its own companions, so no other module switches on its type.
-        ``with_ethtool=False`` leaves ethtool out (it always asks the running kernel).
+        The source names its own companions, so no other module switches on its type;
+        ethtool among them only where its SourceOptions said so.
         """
         ...
 

@@ -47,6 +47,7 @@ class InfiniBandSource(FileCounterSource):
     exclude: re.Pattern[str] | None = None
     line_rates: tuple[tuple[str, int], ...] = ()  # the operator's data rates, by device
     line_rate_bytes_per_second: int | None = None  # --line-rate: every other device's
+    ethtool: bool = True  # SourceOptions.ethtool: read each netdev's ethtool statistics
     name: str = "infiniband"
     discovery: Discovery = field(init=False)
     ports: tuple[PortSpec, ...] = field(init=False)
@@ -91,9 +92,7 @@ class InfiniBandSource(FileCounterSource):
         self.devices = self.discovery.devices
 
     def slow_sources(
-        self,
-        with_ethtool: bool = True,
-        probe: Callable[[Sequence[str]], str | None] = netlink_probe,
+        self, probe: Callable[[Sequence[str]], str | None] = netlink_probe
     ) -> list[SlowSource]:
         """PortCounters, state and rate of every port; hw counters (RDMA netlink, else sysfs)
         of the Ethernet ports, including those without counters/; ethtool of each netdev."""
@@ -107,7 +106,7 @@ class InfiniBandSource(FileCounterSource):
         roce += [p for p in self.discovery.hw_counter_only if (p.device, p.port) not in seen]
         if roce:
             sources.append(choose_hw_counter_source(roce, probe))
-        if with_ethtool:
+        if self.ethtool:
             # Labelled with the RDMA port that owns the netdev, so PFC counters sit beside
             # that port's bursts in the exporter and on the dashboards.
             sources.extend(
@@ -152,4 +151,5 @@ def from_spec(argument: str | None, options: SourceOptions) -> InfiniBandSource:
         options.exclude,
         options.line_rates,
         options.line_rate_bytes_per_second,
+        options.ethtool,
     )

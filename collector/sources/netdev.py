@@ -68,6 +68,7 @@ class NetdevSource(FileCounterSource):
     sysfs_root: str = DEFAULT_SYSFS_ROOT
     line_rate_bytes_per_second: int | None = None  # --line-rate overrides speed
     line_rates: tuple[tuple[str, int], ...] = ()  # --line-rate-for IF=GBITS, over the rest
+    ethtool: bool = True  # SourceOptions.ethtool: read each interface's ethtool statistics
     name: str = "netdev"
     ports: tuple[PortSpec, ...] = field(init=False)
     _files: tuple[CounterFiles, ...] = field(init=False)
@@ -100,13 +101,13 @@ class NetdevSource(FileCounterSource):
                 rates.setdefault(interface, self.line_rate_bytes_per_second)
         return rates
 
-    def slow_sources(self, with_ethtool: bool = True) -> list[SlowSource]:
+    def slow_sources(self) -> list[SlowSource]:
         """The speed of each interface, and its ethtool statistics (PFC pause counters where
         the NIC has them)."""
         sources: list[SlowSource] = [
             NetdevRateSource(self.interfaces, self.sysfs_root, self._overrides())
         ]
-        if with_ethtool:
+        if self.ethtool:
             sources += [EthtoolSource(interface) for interface in self.interfaces]
         return sources
 
@@ -114,5 +115,9 @@ class NetdevSource(FileCounterSource):
 def from_spec(argument: str | None, options: SourceOptions) -> NetdevSource:
     interfaces = tuple((argument or "").split(","))
     return NetdevSource(
-        interfaces, options.sysfs_root, options.line_rate_bytes_per_second, options.line_rates
+        interfaces,
+        options.sysfs_root,
+        options.line_rate_bytes_per_second,
+        options.line_rates,
+        options.ethtool,
     )

@@ -128,9 +128,11 @@ class ReplaySource:
         self._start_ns = 0
         self.finished = False
 
-    def slow_sources(self, with_ethtool: bool = True) -> list[SlowSource]:
-        """The slow counters recorded beside the trace, played back with it; none if none."""
-        del with_ethtool  # the recording already holds what ethtool read, if anything
+    def slow_sources(self) -> list[SlowSource]:
+        """The slow counters recorded beside the trace, played back with it; none if none.
+
+        SourceOptions.ethtool does not apply: the recording holds what ethtool read, if anything.
+        """
         return [ReplaySlowSource(self.path, self._first_ns)] if slow_files(self.path) else []
 
     def __getstate__(self) -> dict[str, object]:

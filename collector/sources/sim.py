@@ -111,9 +111,9 @@ class SimSource:
             status[index] = next_status[index]
             next_status[index] = STATUS_OK
 
-    def slow_sources(self, with_ethtool: bool = True) -> list[SlowSource]:
-        """The simulated node's congestion counters, on the same model and clock."""
-        del with_ethtool  # nothing here asks the running kernel
+    def slow_sources(self) -> list[SlowSource]:
+        """The simulated node's congestion counters, on the same model and clock (no ethtool:
+        nothing here asks the running kernel)."""
         return [SimSlowSource(self.profile, self.seed, self.zero_monotonic_ns, self.line_rates)]
 
     def schedule(self, start_monotonic_ns: int, end_monotonic_ns: int) -> Schedule:

@@ -1,0 +1,64 @@
+"""Settings decided once: whether ethtool is read, the demo's settings, the version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from burstscope.agent import settings_from_args
+from burstscope.arguments import source_from_args
+from burstscope.cli import build_parser
+from burstscope.collector.sources.base import CounterSource
+from tests.conftest import SYSFS
+
+FIXTURE = ["--source", "sysfs", "--sysfs-root", str(SYSFS)]
+# netdev:lo over the running kernel's own /sys: ethtool asks that same kernel.
+LOOPBACK = ["--source", "netdev:lo"]
+
+
+def source_of(command: str, arguments: list[str]) -> CounterSource:
+    """The source ``command`` would sample, built by the code that command runs."""
+    extra = ["-o", "unused"] if command == "record" else []
+    args = build_parser(command).parse_args([command, *arguments, *extra])
+    if command == "record":
+        return source_from_args(args)
+    return settings_from_args(args).source
+
+
+def reads_ethtool(source: CounterSource) -> bool:
+    return any(slow.name.startswith("ethtool:") for slow in source.slow_sources())
+
+
+@pytest.mark.parametrize("command", ["agent", "top", "record"])
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (FIXTURE, False),  # a fixture tree: the running kernel's netdevs are not its own
+        ([*FIXTURE, "--ethtool"], True),
+        (LOOPBACK, True),
+        ([*LOOPBACK, "--no-ethtool"], False),
+    ],
+)
+def test_every_command_decides_ethtool_the_same_way(
+    command: str, arguments: list[str], expected: bool
+) -> None:
+    assert reads_ethtool(source_of(command, arguments)) is expected
+
+
+@pytest.mark.parametrize("command", ["agent", "top"])
+@pytest.mark.parametrize(
+    ("source", "flags", "expected"),
+    [
+        # Each the other way from what the sysfs root alone would decide.
+        (f'spec = "sysfs"\nsysfs_root = "{SYSFS}"\nethtool = true', [], True),
+        ('spec = "netdev:lo"\nethtool = false', [], False),
+        (f'spec = "sysfs"\nsysfs_root = "{SYSFS}"\nethtool = true', ["--no-ethtool"], False),
+    ],
+)
+def test_the_configuration_file_decides_ethtool_under_the_flag(
+    tmp_path: Path, command: str, source: str, flags: list[str], expected: bool
+) -> None:
+    config = tmp_path / "agent.toml"
+    config.write_text(f"[source]\n{source}\n")
+    assert reads_ethtool(source_of(command, ["--config", str(config), *flags])) is expected
