@@ -59,7 +59,7 @@ def direction_json(port: PortReport, direction: DirectionReport) -> dict[str, An
             "windows": scale.count,
         }
         if thresholds.busy == DEFAULT_BUSY:
-            # The name of 0.1.0, kept for one release while it is still true (README).
+            # The name of 0.1.0, kept for one release while it is still true (docs/report.md).
             figures["fraction_above_25pct"] = figures["fraction_busy"]
         scales[scale.key] = figures
     stats = summary.bursts

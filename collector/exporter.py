@@ -3,7 +3,7 @@
 A custom Collector, not instrumented objects: nothing is reset on scrape and nothing is
 timestamped, so several Prometheus servers scraping at different intervals all see the
 same monotonic counters (prometheus.io/docs/instrumenting/writing_exporters). Every name
-and its HELP live in ``HELP``; the README's metric table is generated from it.
+and its HELP live in ``HELP``; docs/metrics.md's table is generated from it.
 """
 
 from __future__ import annotations
