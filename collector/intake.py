@@ -20,7 +20,7 @@ import numpy.typing as npt
 from burstscope.collector.ring import Ring, RingReader
 from burstscope.collector.slow_poller import SlowPoller
 from burstscope.collector.sources.base import DATA_RATE_GAUGE, PortSpec
-from burstscope.collector.trace import PortColumns, SlowRow
+from burstscope.collector.trace.schema import PortColumns, SlowRow
 
 # How often the ring is drained. Each drain through the detectors costs a fixed numpy
 # overhead per port direction, so fewer, larger drains cost less per sample

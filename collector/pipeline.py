@@ -46,7 +46,7 @@ from burstscope.collector.snapshot import (
 )
 from burstscope.collector.sources.base import CounterSource, PortSpec, SlowSource
 from burstscope.collector.supervisor import Supervisor
-from burstscope.collector.trace import PortColumns
+from burstscope.collector.trace.schema import PortColumns
 from burstscope.detectors.analyzer import DirectionAnalyzer
 from burstscope.detectors.bursts import Bursts
 from burstscope.detectors.config import DIRECTIONS, Thresholds
@@ -54,7 +54,7 @@ from burstscope.detectors.line_rate import rate_runs
 from burstscope.detectors.live import LiveDirection, cumulative_counts
 
 if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs it
-    from burstscope.collector.trace import TraceWriter
+    from burstscope.collector.trace.writer import TraceWriter
 
 _LOG = logging.getLogger(__name__)
 

@@ -36,8 +36,7 @@ from burstscope.collector.sources.base import (
     bad_status,
     describe_bad_status,
 )
-from burstscope.collector.trace import PortColumns
-from burstscope.collector.trace.schema import TIME_GRAIN_NS, stored_times
+from burstscope.collector.trace.schema import TIME_GRAIN_NS, PortColumns, stored_times
 
 _MAGIC = 0x62757273_74736370  # "burstscp"
 _PAGE_BYTES = mmap.PAGESIZE

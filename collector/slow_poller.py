@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from burstscope.collector.sources.base import SlowReading, SlowSource
-from burstscope.collector.trace import SlowRow
+from burstscope.collector.trace.schema import SlowRow
 from burstscope.detectors.counters import CounterTracker
 
 _LOG = logging.getLogger(__name__)
