@@ -99,6 +99,23 @@ static int writable(PyObject *object, Py_buffer *view, const char *what) {
     return 1;
 }
 
+/* The six buffers both entry points take (the ring, then five per-port arrays), each at least
+ * need[i] bytes. Returns how many views it holds (the caller releases them); 6 on success,
+ * fewer with an exception set. */
+static int acquire_six(PyObject *objects[6], Py_buffer *views[6], const Py_ssize_t need[6]) {
+    static const char *names[6] = {"buffer", "xmit_fds", "rcv_fds", "scales", "next_status",
+                                   "pending"};
+    for (int got = 0; got < 6; got++) {
+        if (!writable(objects[got], views[got], names[got])) return got;
+        if (views[got]->len < need[got]) {
+            PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, %zd needed", names[got],
+                         views[got]->len, need[got]);
+            return got + 1;
+        }
+    }
+    return 6;
+}
+
 /* read_ports(buffer, offset, ports, xmit_fds, rcv_fds, scales, next_status, pending) -> int
  *
  * buffer, offset: a writable buffer (the ring's shared memory) and where in it the tick's
@@ -122,20 +139,10 @@ static PyObject *read_ports(PyObject *self, PyObject *args) {
     }
     Py_buffer record, xmit_fds, rcv_fds, scales, next_status, pending;
     Py_buffer *views[6] = {&record, &xmit_fds, &rcv_fds, &scales, &next_status, &pending};
-    const char *names[6] = {"buffer", "xmit_fds", "rcv_fds", "scales", "next_status",
-                            "pending"};
     Py_ssize_t need[6] = {offset + 8 + ports * 33, ports * 4, ports * 4, ports * 8, ports, ports};
-    int got = 0;
     PyObject *result = NULL;
-    for (; got < 6; got++) {
-        if (!writable(objects[got], views[got], names[got])) goto done;
-        if (views[got]->len < need[got]) {
-            PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, %zd needed", names[got],
-                         views[got]->len, need[got]);
-            got++;
-            goto done;
-        }
-    }
+    int got = acquire_six(objects, views, need);
+    if (got < 6) goto done;
     result = PyLong_FromSsize_t(fill_record(
         (char *)record.buf + offset, ports, (const int32_t *)xmit_fds.buf,
         (const int32_t *)rcv_fds.buf, (const int64_t *)scales.buf,
@@ -182,21 +189,11 @@ static PyObject *run_ticks(PyObject *self, PyObject *args) {
     }
     Py_buffer ring, xmit_fds, rcv_fds, scales, next_status, pending;
     Py_buffer *views[6] = {&ring, &xmit_fds, &rcv_fds, &scales, &next_status, &pending};
-    const char *names[6] = {"buffer", "xmit_fds", "rcv_fds", "scales", "next_status",
-                            "pending"};
     Py_ssize_t need[6] = {records + capacity * record_bytes, ports * 4, ports * 4, ports * 8,
                           ports, ports};
-    int got = 0;
     PyObject *result = NULL;
-    for (; got < 6; got++) {
-        if (!writable(objects[got], views[got], names[got])) goto done;
-        if (views[got]->len < need[got]) {
-            PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, %zd needed", names[got],
-                         views[got]->len, need[got]);
-            got++;
-            goto done;
-        }
-    }
+    int got = acquire_six(objects, views, need);
+    if (got < 6) goto done;
     if (records < 8 * 64 || head_i < 0 || ticks_i < 0 || missed_i < 0 || stop_i < 0 ||
         heartbeat_i < 0 || head_i >= 64 || ticks_i >= 64 || missed_i >= 64 || stop_i >= 64 ||
         heartbeat_i >= 64) {
