@@ -28,13 +28,7 @@ from burstscope.collector.exporter import BurstscopeCollector
 from burstscope.collector.http import DEFAULT_LISTEN, HttpError, MetricsServer, TlsConfig
 from burstscope.collector.logging_journal import setup_logging as setup_journal_logging
 from burstscope.collector.logging_journal import stderr_is_journal
-from burstscope.collector.mqtt import (
-    MqttHandle,
-    MqttSettings,
-    MqttSettingsError,
-    attach_mqtt,
-    mqtt_settings_from_args,
-)
+from burstscope.collector.mqtt import MqttHandle, MqttSettings, MqttSettingsError, attach_mqtt
 from burstscope.collector.pipeline import AGENT_DRAIN_SECONDS, Pipeline, wait_for_first_sample
 from burstscope.collector.recording import Recording, Retention
 from burstscope.collector.sampler import SamplerConfig, SamplerError, parse_interval
@@ -43,6 +37,7 @@ from burstscope.collector.sources.base import CounterSource
 from burstscope.collector.trace import DIRECTORY_MODE, TraceError, TraceInfo
 from burstscope.detectors.config import Thresholds
 from burstscope.errors import UsageError
+from burstscope.mqtt_arguments import mqtt_settings_from_args
 
 if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs it
     from burstscope.collector.trace import TraceWriter

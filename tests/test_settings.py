@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ from burstscope.arguments import source_from_args
 from burstscope.cli import build_parser
 from burstscope.collector.sources.base import CounterSource
 from tests.conftest import SYSFS
+
+REPOSITORY = Path(__file__).resolve().parents[1]
 
 FIXTURE = ["--source", "sysfs", "--sysfs-root", str(SYSFS)]
 # netdev:lo over the running kernel's own /sys: ethtool asks that same kernel.
@@ -62,3 +65,18 @@ def test_the_configuration_file_decides_ethtool_under_the_flag(
     config = tmp_path / "agent.toml"
     config.write_text(f"[source]\n{source}\n")
     assert reads_ethtool(source_of(command, ["--config", str(config), *flags])) is expected
+
+
+def test_no_runtime_module_of_collector_parses_a_command_line() -> None:
+    """argparse belongs to burstscope/: collector/ holds settings and their validation."""
+    # The test tools' own command lines (traffic generator, veth testbed) are the exception.
+    tools = {"rocegen.py", "testbed.py"}
+    parsing = set()
+    for path in (REPOSITORY / "collector").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            if "argparse" in names:
+                parsing.add(str(path.relative_to(REPOSITORY)))
+    assert {name for name in parsing if Path(name).name not in tools} == set()

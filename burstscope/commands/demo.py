@@ -19,7 +19,7 @@ from burstscope.agent import Agent, AgentSettings, trace_info
 from burstscope.arguments import add_every_argument, check_every
 from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
 from burstscope.collector.http import DEFAULT_LISTEN
-from burstscope.collector.mqtt import MqttSettingsError, add_mqtt_arguments, mqtt_settings_from_args
+from burstscope.collector.mqtt import MqttSettingsError
 from burstscope.collector.pipeline import AGENT_DRAIN_SECONDS, DRAIN_SECONDS
 from burstscope.collector.sampler import SamplerConfig
 from burstscope.collector.simulation.profiles import DEFAULT_PROFILE, PROFILES
@@ -30,6 +30,7 @@ from burstscope.detectors.config import Thresholds
 from burstscope.errors import UsageError
 from burstscope.invocation import stop_on_signals
 from burstscope.live_view import watch
+from burstscope.mqtt_arguments import add_mqtt_arguments, mqtt_settings_from_args
 from burstscope.report_model import analyze_paths
 from burstscope.report_view import print_table, to_json
 
