@@ -68,16 +68,21 @@ class AgentSettings:
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
-    if args.config is None:
+    path = getattr(args, "config", None)
+    if path is None:
         return AgentConfig()
     try:
-        return load_config(args.config)
+        return load_config(path)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
 
 
 def settings_from_args(args: argparse.Namespace) -> AgentSettings:
-    """Command line over configuration file over defaults; ``args`` is left as given."""
+    """Command line over configuration file over defaults; ``args`` is left as given.
+
+    A flag the command does not have (``top`` has no --listen, ``demo`` no --config) is
+    taken as not given.
+    """
     config = _config(args)
 
     def pick(flag: str, table: str, key: str, default: Any) -> Any:
@@ -93,7 +98,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         **dict(getattr(args, "line_rate_for", None) or ()),
     }
     interval = config.get("source", "interval", 1_000_000)
-    if args.interval is not None:
+    if getattr(args, "interval", None) is not None:
         try:
             interval = parse_interval(args.interval)
         except ValueError as exc:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from burstscope.agent import settings_from_args
+from burstscope.agent import AgentSettings, settings_from_args
 from burstscope.arguments import source_from_args
 from burstscope.cli import build_parser
+from burstscope.collector.simulation.profiles import DEFAULT_PROFILE
 from burstscope.collector.sources.base import CounterSource
+from burstscope.commands.demo import demo_settings
 from tests.conftest import SYSFS
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -18,6 +21,7 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 FIXTURE = ["--source", "sysfs", "--sysfs-root", str(SYSFS)]
 # netdev:lo over the running kernel's own /sys: ethtool asks that same kernel.
 LOOPBACK = ["--source", "netdev:lo"]
+SIM = f"sim:{DEFAULT_PROFILE}"  # the demo's source by default
 
 
 def source_of(command: str, arguments: list[str]) -> CounterSource:
@@ -80,3 +84,33 @@ def test_no_runtime_module_of_collector_parses_a_command_line() -> None:
             if "argparse" in names:
                 parsing.add(str(path.relative_to(REPOSITORY)))
     assert {name for name in parsing if Path(name).name not in tools} == set()
+
+
+def without_source(settings: AgentSettings) -> tuple[AgentSettings, tuple[object, ...]]:
+    """The settings with the source apart, as what identifies it (a SimSource also holds
+    the monotonic time it was built at)."""
+    source = settings.source
+    described = (type(source), source.name, source.ports, getattr(source, "seed", None))
+    return replace(settings, source=None), described  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("demo", "agent"),
+    [
+        ([], ["--source", SIM]),
+        (
+            ["--profile", "moe", "--seed", "3", "--listen", "127.0.0.1:19999"],
+            ["--source", "sim:moe:3", "--listen", "127.0.0.1:19999"],
+        ),
+        (
+            ["--mqtt", "mqtt://me@broker:1884", "--mqtt-spool-dir", "/tmp/spool"],
+            ["--source", SIM, "--mqtt", "mqtt://me@broker:1884", "--mqtt-spool-dir", "/tmp/spool"],
+        ),
+    ],
+)
+def test_the_demo_runs_with_the_agents_settings(demo: list[str], agent: list[str]) -> None:
+    """What the demo changes on purpose: --profile and --seed name the agent's sim source,
+    and there is no --config. Everything else is the agent builder's, defaults included."""
+    ours = demo_settings(build_parser("demo").parse_args(["demo", *demo]))
+    theirs = settings_from_args(build_parser("agent").parse_args(["agent", *agent]))
+    assert without_source(ours) == without_source(theirs)
