@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import subprocess
+import sys
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+import burstscope
 from burstscope.agent import AgentSettings, settings_from_args
 from burstscope.arguments import source_from_args
 from burstscope.cli import build_parser
@@ -114,3 +119,44 @@ def test_the_demo_runs_with_the_agents_settings(demo: list[str], agent: list[str
     ours = demo_settings(build_parser("demo").parse_args(["demo", *demo]))
     theirs = settings_from_args(build_parser("agent").parse_args(["agent", *agent]))
     assert without_source(ours) == without_source(theirs)
+
+
+def test_the_version_is_written_once_and_read_from_the_package_metadata() -> None:
+    written = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]["version"]
+    assert burstscope.__version__ == importlib.metadata.version("burstscope") == written
+    printed = subprocess.run(
+        [sys.executable, "-m", "burstscope", "--version"], capture_output=True, text=True
+    )
+    assert (printed.returncode, printed.stdout) == (0, f"burstscope {written}\n")
+    # What exports it (burstscope_info, the MQTT status) takes burstscope.__version__.
+    spelled = {
+        str(path.relative_to(REPOSITORY))
+        for folder in ("burstscope", "collector", "detectors", "dashboards", "bench")
+        for path in (REPOSITORY / folder).rglob("*.py")
+        if f'"{written}"' in path.read_text()
+    }
+    assert spelled == set()
+
+
+def test_without_package_metadata_the_version_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    cached = vars(burstscope).pop("__version__", None)
+    try:
+        assert burstscope.__version__ == burstscope.UNKNOWN_VERSION == "0+unknown"
+    finally:
+        vars(burstscope).pop("__version__", None)
+        if cached is not None:
+            vars(burstscope)["__version__"] = cached
+
+
+def test_help_does_not_read_the_package_metadata() -> None:
+    probe = (
+        "import sys\nfrom burstscope.cli import main\n"
+        "try:\n    main(['-h'])\nexcept SystemExit:\n    pass\n"
+        "print('importlib.metadata' in sys.modules, file=sys.stderr)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.stderr.strip().splitlines()[-1] == "False", result.stderr
