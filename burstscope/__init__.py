@@ -1,19 +1,26 @@
 """burstscope: millisecond InfiniBand and RoCE port telemetry."""
 
-from typing import Any
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def __getattr__(name: str) -> Any:
-    """``__version__``: pyproject.toml's version as the installed distribution states it,
-    written once. Looked up on first use: importlib.metadata costs about 0.1 s to import,
-    which every process of the package (the sampler's among them) would otherwise pay."""
-    if name != "__version__":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import metadata
+# A checkout run without being installed has no package metadata to read the version from.
+UNKNOWN_VERSION = "0+unknown"
 
-    try:
-        version = metadata.version("burstscope")
-    except metadata.PackageNotFoundError:  # a checkout that was never installed
-        version = "0+unknown"
-    globals()["__version__"] = version
-    return version
+if TYPE_CHECKING:
+    __version__: str  # pyproject.toml's [project] version, from the installed metadata
+else:
+
+    def __getattr__(name: str) -> str:
+        """``__version__`` on first use (PEP 562): importlib.metadata takes tens of
+        milliseconds to load, which ``burstscope -h`` and ``discover`` need not pay."""
+        if name != "__version__":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("burstscope")
+        except PackageNotFoundError:
+            found = UNKNOWN_VERSION
+        globals()["__version__"] = found
+        return found

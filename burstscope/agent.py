@@ -27,13 +27,7 @@ from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
 from burstscope.collector.exporter import BurstscopeCollector
 from burstscope.collector.http import DEFAULT_LISTEN, HttpError, MetricsServer, TlsConfig
 from burstscope.collector.intake import AGENT_DRAIN_SECONDS
-from burstscope.collector.mqtt import (
-    MqttHandle,
-    MqttSettings,
-    MqttSettingsError,
-    attach_mqtt,
-    mqtt_settings_from_args,
-)
+from burstscope.collector.mqtt import MqttHandle, MqttSettings, MqttSettingsError, attach_mqtt
 from burstscope.collector.pipeline import Pipeline, wait_for_first_sample
 from burstscope.collector.recording import Recording, Retention
 from burstscope.collector.sampler import SamplerConfig, SamplerError, parse_interval
@@ -43,6 +37,7 @@ from burstscope.detectors.config import Thresholds
 from burstscope.errors import UsageError
 from burstscope.logging_journal import setup_logging as setup_journal_logging
 from burstscope.logging_journal import stderr_is_journal
+from burstscope.mqtt_arguments import mqtt_settings_from_args
 from burstscope.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
 
 if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs it
@@ -74,16 +69,21 @@ class AgentSettings:
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
-    if args.config is None:
+    path = getattr(args, "config", None)
+    if path is None:
         return AgentConfig()
     try:
-        return load_config(args.config)
+        return load_config(path)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
 
 
 def settings_from_args(args: argparse.Namespace) -> AgentSettings:
-    """Command line over configuration file over defaults; ``args`` is left as given."""
+    """Command line over configuration file over defaults; ``args`` is left as given.
+
+    A flag the command does not have (``top`` has no --listen, ``demo`` no --config) is
+    taken as not given.
+    """
     config = _config(args)
 
     def pick(flag: str, table: str, key: str, default: Any) -> Any:
@@ -99,7 +99,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         **dict(getattr(args, "line_rate_for", None) or ()),
     }
     interval = config.get("source", "interval", 1_000_000)
-    if args.interval is not None:
+    if getattr(args, "interval", None) is not None:
         try:
             interval = parse_interval(args.interval)
         except ValueError as exc:

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from burstscope import __version__
+import burstscope
 from burstscope.errors import UsageError
 from burstscope.logging_journal import stderr_is_journal
 
@@ -32,6 +32,29 @@ COMMANDS = {
 }
 
 
+class _PrintVersion(argparse.Action):
+    """``--version``, reading the package metadata only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="show program's version number and exit",
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"burstscope {burstscope.__version__}")
+        parser.exit()
+
+
 def _chosen(argv: Sequence[str]) -> str | None:
     """The command named on the command line (the first word that is not an option)."""
     return next((word for word in argv if not word.startswith("-")), None)
@@ -45,7 +68,7 @@ def build_parser(load: str | None = "*") -> argparse.ArgumentParser:
         description="Millisecond InfiniBand and RoCE port telemetry: "
         "the bursts that 15-second averages hide.",
     )
-    parser.add_argument("--version", action="version", version=f"burstscope {__version__}")
+    parser.add_argument("--version", action=_PrintVersion)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, summary in COMMANDS.items():
         sub = subparsers.add_parser(name, help=summary, description=summary)

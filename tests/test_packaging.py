@@ -106,16 +106,3 @@ def test_the_installed_wheel_runs_the_demo(wheel: Path, tmp_path: Path) -> None:
     )
     assert demo.returncode == 0, demo.stderr
     assert "1-ms peak" in demo.stdout
-
-
-def test_the_version_is_the_one_pyproject_states() -> None:
-    import tomllib
-
-    import burstscope
-
-    stated = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]["version"]
-    assert burstscope.__version__ == stated
-    shown = subprocess.run(
-        [sys.executable, "-m", "burstscope", "--version"], capture_output=True, text=True
-    )
-    assert shown.stdout.strip() == f"burstscope {stated}"

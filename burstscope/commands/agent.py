@@ -7,8 +7,8 @@ import argparse
 from burstscope.agent import serve, settings_from_args, setup_logging
 from burstscope.arguments import add_source_arguments
 from burstscope.collector.http import DEFAULT_LISTEN
-from burstscope.collector.mqtt import add_mqtt_arguments
 from burstscope.logging_journal import LEVELS
+from burstscope.mqtt_arguments import add_mqtt_arguments
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -15,21 +15,16 @@ import tempfile
 from pathlib import Path
 
 from burstscope import invocation
-from burstscope.agent import Agent, AgentSettings, trace_info
+from burstscope.agent import Agent, AgentSettings, settings_from_args, trace_info
 from burstscope.arguments import add_every_argument, check_every
-from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
 from burstscope.collector.http import DEFAULT_LISTEN
 from burstscope.collector.intake import AGENT_DRAIN_SECONDS, DRAIN_SECONDS
-from burstscope.collector.mqtt import MqttSettingsError, add_mqtt_arguments, mqtt_settings_from_args
-from burstscope.collector.sampler import SamplerConfig
 from burstscope.collector.simulation.profiles import DEFAULT_PROFILE, PROFILES
-from burstscope.collector.sources.base import SourceError
-from burstscope.collector.sources.sim import SimSource
 from burstscope.collector.trace import TraceError, TraceWriter, prepare_output
-from burstscope.detectors.config import Thresholds
 from burstscope.errors import UsageError
 from burstscope.invocation import stop_on_signals
 from burstscope.live_view import watch
+from burstscope.mqtt_arguments import add_mqtt_arguments
 from burstscope.report_model import analyze_paths
 from burstscope.report_view import print_table, to_json
 
@@ -43,7 +38,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the traffic model")
     parser.add_argument(
-        "--listen", default=DEFAULT_LISTEN, metavar="ADDR:PORT", help="/metrics address"
+        "--listen", metavar="ADDR:PORT", help=f"/metrics address (default {DEFAULT_LISTEN})"
     )
     add_mqtt_arguments(parser)  # --mqtt URL: also publish burst events to this broker
     parser.add_argument("--json", action="store_true", help="print the final report as JSON only")
@@ -57,31 +52,27 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
+def demo_settings(args: argparse.Namespace) -> AgentSettings:
+    """The agent's settings for the demo's flags, from the agent's own builder.
+
+    What the demo changes, on purpose: its source is the simulated node of --profile and
+    --seed (the agent's ``--source sim:PROFILE[:SEED]``) and it reads no configuration
+    file. Its recording (-o) and drain period are arguments of the Agent, not settings.
+    """
+    spec = f"sim:{args.profile}" + (f":{args.seed}" if args.seed else "")
+    return settings_from_args(argparse.Namespace(**vars(args), source=spec))
+
+
 def run(args: argparse.Namespace) -> int:
     if args.duration is not None and not args.duration > 0:
         raise UsageError(f"--duration {args.duration:g} must be positive")
     every = check_every(args.every)
-    try:
-        source = SimSource(args.profile, args.seed)
-        mqtt = mqtt_settings_from_args(args)
-    except (SourceError, MqttSettingsError) as exc:
-        raise UsageError(str(exc)) from None
+    settings = demo_settings(args)
     path = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="burstscope-demo-"))
     try:
         prepare_output(path)
     except TraceError as exc:
         raise UsageError(str(exc)) from None
-    settings = AgentSettings(
-        source=source,
-        sampler=SamplerConfig(),
-        thresholds=Thresholds(),
-        listen=args.listen,
-        tls=None,
-        slow_interval_seconds=1.0,
-        sysfs_root=DEFAULT_SYSFS_ROOT,
-        mqtt=mqtt,
-        source_spec=f"sim:{args.profile}",
-    )
     # The live view redraws four times a second: drain as often as a top does.
     agent = Agent(
         settings,
@@ -92,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     agent.start()
     assert agent.server is not None
     print(
-        f"simulated node ({args.profile}): metrics on http://{args.listen}/metrics, "
+        f"simulated node ({args.profile}): metrics on http://{settings.listen}/metrics, "
         f"recording to {path}" + (f", events to {args.mqtt}" if args.mqtt else ""),
         file=sys.stderr,
     )

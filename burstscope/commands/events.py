@@ -5,13 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from burstscope.collector.mqtt.settings import (
-    MqttSettingsError,
-    add_connection_arguments,
-    mqtt_settings_from_args,
-)
+from burstscope.collector.mqtt.settings import MqttSettingsError
 from burstscope.errors import UsageError
 from burstscope.fleet_events import follow
+from burstscope.mqtt_arguments import add_connection_arguments, mqtt_settings_from_args
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="agent configuration (TOML)")
     parser.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
     add_every_argument(parser)
-    parser.set_defaults(func=run, listen=None, tls_cert=None, tls_key=None, tls_client_ca=None)
+    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,9 +1,7 @@
-"""MQTT settings: broker URL, credentials, TLS files and spool; flags over the config file."""
+"""MQTT settings: broker URL, credentials, TLS files and spool, validated (no command line)."""
 
 from __future__ import annotations
 
-import argparse
-import os
 import socket
 import ssl
 import urllib.parse
@@ -12,7 +10,6 @@ from typing import Any
 
 DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 URL_FORM = "mqtt://[user:pass@]host[:port] or mqtts://..."
-PASSWORD_ENVIRONMENT = "BURSTSCOPE_MQTT_PASSWORD"  # keeps the password out of `ps`
 
 
 class MqttSettingsError(ValueError):
@@ -138,72 +135,3 @@ def build_settings(
     )
     client_tls_context(settings)
     return settings
-
-
-def add_connection_arguments(parser: argparse.ArgumentParser, required: bool = False) -> None:
-    """--mqtt URL and its credentials and TLS files (agent, demo, events)."""
-    parser.add_argument("--mqtt", metavar="URL", required=required, help=f"MQTT broker: {URL_FORM}")
-    parser.add_argument("--mqtt-username", metavar="USER", help="MQTT user name")
-    parser.add_argument(
-        "--mqtt-password",
-        metavar="PASSWORD",
-        help=f"MQTT password (or set {PASSWORD_ENVIRONMENT}, which `ps` cannot see)",
-    )
-    parser.add_argument("--mqtt-ca", metavar="FILE", help="CA that signed the broker (mqtts)")
-    parser.add_argument("--mqtt-cert", metavar="FILE", help="client certificate (mqtts)")
-    parser.add_argument("--mqtt-key", metavar="FILE", help="private key of --mqtt-cert")
-
-
-def add_mqtt_arguments(parser: argparse.ArgumentParser) -> None:
-    """The publisher's flags: connection plus the spool directory."""
-    add_connection_arguments(parser)
-    parser.add_argument(
-        "--mqtt-spool-dir",
-        metavar="DIR",
-        help="keep undelivered MQTT messages on disk here, so a restart keeps them",
-    )
-
-
-def mqtt_settings_from_args(
-    args: argparse.Namespace, config_get: Any = None, **options: Any
-) -> MqttSettings | None:
-    """Flags over the [mqtt] table of the config file; None when no URL is given anywhere.
-
-    ``config_get(table, key, default)`` is AgentConfig.get; raises MqttSettingsError.
-    """
-
-    def pick(flag: str, key: str) -> Any:
-        value = getattr(args, flag, None)
-        if value is None and config_get is not None:
-            value = config_get("mqtt", key, None)
-        return value
-
-    url = pick("mqtt", "url")
-    if url is None:
-        return None
-    password = pick("mqtt_password", "password")
-    if password is None:
-        password = os.environ.get(PASSWORD_ENVIRONMENT)
-    chosen: dict[str, Any] = {}
-    spool_dir = pick("mqtt_spool_dir", "spool_dir")
-    if spool_dir is not None:
-        chosen["spool_dir"] = spool_dir
-    if config_get is not None:
-        for key, field_name in (
-            ("spool_messages", "spool_messages"),
-            ("merge_gap", "merge_gap_ns"),
-            ("max_events_per_second", "max_events_per_second"),
-        ):
-            value = config_get("mqtt", key, None)
-            if value is not None:
-                chosen[field_name] = value
-    chosen.update(options)
-    return build_settings(
-        url,
-        username=pick("mqtt_username", "username"),
-        password=password,
-        ca_file=pick("mqtt_ca", "ca_file"),
-        cert_file=pick("mqtt_cert", "cert_file"),
-        key_file=pick("mqtt_key", "key_file"),
-        **chosen,
-    )
