@@ -15,7 +15,7 @@ Layout (all tables and keys optional; command-line flags override the file)::
 ``parse_config`` checks each value on its own (types, finite numbers, ranges, durations,
 URLs); what depends on several values or on the machine (the source SPEC and its ports, the
 spin against the interval, TLS files) is checked where the agent builds its settings, and
-``--check-config`` runs that same code (burstscope.commands.agent.settings_from_args).
+``--check-config`` runs that same code (burstscope.agent.settings_from_args).
 """
 
 from __future__ import annotations
