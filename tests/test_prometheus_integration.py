@@ -13,18 +13,17 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from burstscope.testing import simulated_fleet
 from burstscope.testing.emulated_node import CounterWriter, EmulatedNode, Load, running_agent
 from burstscope.testing.processes import free_port, wait_for
 from dashboards.rules import recorded_names
@@ -39,21 +38,11 @@ INTERVAL = "5s"  # $__interval: a few scrapes, so max_over_time always has a sam
 NEEDS_REAL_NETDEV = ("burstscope_port_pfc_pause_frames_total", "burstscope_port_pfc_pause_")
 
 
-@dataclass
-class Prometheus:
-    url: str
-    process: subprocess.Popen[bytes]
-
-    def get(self, path: str, **params: str) -> Any:
-        query = urllib.parse.urlencode(params)
-        with urllib.request.urlopen(f"{self.url}{path}?{query}", timeout=10) as response:
-            return json.loads(response.read())
+class Prometheus(simulated_fleet.Prometheus):
+    """The test kit's Prometheus client, with the two questions these tests ask."""
 
     def query(self, expr: str) -> Any:
-        try:
-            return self.get("/api/v1/query", query=expr)
-        except urllib.error.HTTPError as exc:  # a parse error is a 400 with a JSON body
-            return json.loads(exc.read())
+        return self.get("/api/v1/query", query=expr)  # a parse error is a 400 with a JSON body
 
     def alerts(self, name: str) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self.get("/api/v1/alerts")["data"]["alerts"]
@@ -108,43 +97,11 @@ def prometheus(agent_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         "scrape_configs:\n  - job_name: burstscope\n"
         f"    static_configs:\n      - targets: [{json.dumps(target)}]\n"
     )
-    port = free_port()
-    log = (tmp / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    server = Prometheus(f"http://127.0.0.1:{port}", process)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"prometheus exited: {(tmp / 'prometheus.log').read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{server.url}/-/ready", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("prometheus was not ready within 20 s")
-            time.sleep(0.2)
-        yield server
+        config, data = tmp / "prometheus.yml", tmp / "data"
+        with simulated_fleet.running_prometheus(binary, config, data, free_port()) as server:
+            yield Prometheus(server.url, server.process)
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
         shutil.rmtree(tmp / "data", ignore_errors=True)
 
 
