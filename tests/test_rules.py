@@ -91,13 +91,13 @@ def test_every_alert_is_unit_tested_firing_and_silent() -> None:
             firing.add(name)
     alerts = set(alert_blocks())
     assert alerts == {
-        "AgentDown",
-        "BurstSaturation",
-        "HiddenBursts",
-        "CongestionDuringBursts",
-        "LinkFlap",
-        "LinkDegraded",
-        "AgentLagging",
+        "BurstscopeAgentDown",
+        "BurstscopeBurstSaturation",
+        "BurstscopeHiddenBursts",
+        "BurstscopeCongestionDuringBursts",
+        "BurstscopeLinkFlap",
+        "BurstscopeLinkDegraded",
+        "BurstscopeAgentLagging",
     }
     assert alerts - firing == set(), "alerts without a firing unit test"
     assert alerts - silent == set(), "alerts without a not-firing unit test"
@@ -114,11 +114,11 @@ def test_alert_has_summary_description_runbook_and_severity(alert: str) -> None:
     assert f'<a id="{alert.lower()}"></a>' in readme, f"README has no runbook for {alert}"
     severity = re.search(r"severity: (\w+)", block)
     assert severity is not None
-    assert severity.group(1) == ("info" if alert == "HiddenBursts" else "warning")
+    assert severity.group(1) == ("info" if alert == "BurstscopeHiddenBursts" else "warning")
 
 
 def test_every_rule_group_reads_at_most_five_minutes_of_raw_samples() -> None:
-    """Fleet cost: longer ranges read recorded series only (LinkDegraded's day: 5 m maxima)."""
+    """Fleet cost: longer ranges read recorded series only (BurstscopeLinkDegraded's day: 5 m maxima)."""
     raw = set(HELP) | {f"{n}_{s}" for n in HELP for s in ("bucket", "count", "sum")}
     for path in (RECORDING, ALERTS):
         for name, window in re.findall(r"\b([a-z_:]+)(?:\{[^}]*\})?\[(\w+)\]", path.read_text()):
