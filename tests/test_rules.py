@@ -26,6 +26,11 @@ RECORDING = PROMETHEUS / "recording.rules.yml"
 ALERTS = PROMETHEUS / "alerts.rules.yml"
 UNIT_TESTS = PROMETHEUS / "tests" / "alerts.test.yml"
 EXAMPLE = PROMETHEUS / "prometheus.example.yml"
+REPOSITORY = PROMETHEUS.parent.parent
+# Alert names carry the project's prefix, as monitoring mixins' do (node-mixin's NodeFilesystem...,
+# kubernetes-mixin's Kube...): unambiguous in an Alertmanager shared with dozens of rule sets.
+ALERT_PREFIX = "Burstscope"
+ALERT_NAME = re.compile(rf"^{ALERT_PREFIX}[A-Z][A-Za-z0-9]*$")
 
 # level:metric:operations (prometheus.io/docs/practices/rules).
 # The one runbook base of every alert; dashboards/README.md ("Runbook links") shows how to
@@ -41,9 +46,9 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
     )
 
 
-def alert_blocks() -> dict[str, str]:
+def alert_blocks(path: Path = ALERTS) -> dict[str, str]:
     """alert name -> the text of its rule, up to the next rule."""
-    text = ALERTS.read_text()
+    text = path.read_text()
     parts = re.split(r"^\s*- alert: ", text, flags=re.MULTILINE)[1:]
     return {part.split("\n", 1)[0].strip(): part for part in parts}
 
@@ -58,7 +63,7 @@ def test_promtool_check_rules() -> None:
     result = promtool("check", "rules", str(RECORDING), str(ALERTS))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 16 rules found" in result.stdout
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -97,6 +102,7 @@ def test_every_alert_is_unit_tested_firing_and_silent() -> None:
         "BurstscopeCongestionDuringBursts",
         "BurstscopeLinkFlap",
         "BurstscopeLinkDegraded",
+        "BurstscopePortDisappeared",
         "BurstscopeAgentLagging",
     }
     assert alerts - firing == set(), "alerts without a firing unit test"
@@ -115,6 +121,42 @@ def test_alert_has_summary_description_runbook_and_severity(alert: str) -> None:
     severity = re.search(r"severity: (\w+)", block)
     assert severity is not None
     assert severity.group(1) == ("info" if alert == "BurstscopeHiddenBursts" else "warning")
+
+
+def rules_files() -> list[Path]:
+    return sorted(PROMETHEUS.glob("*.rules.yml"))
+
+
+def test_every_alert_in_every_rules_file_carries_the_prefix() -> None:
+    names = [name for path in rules_files() for name in alert_blocks(path)]
+    assert names, "no alerts found"
+    assert [n for n in names if not ALERT_NAME.match(n)] == []
+    # An alert rule written some other way (a quoted name) would escape alert_blocks().
+    for path in rules_files():
+        written = re.findall(r"^\s*-?\s*alert:", path.read_text(), flags=re.MULTILINE)
+        assert len(written) == len(alert_blocks(path)), path.name
+
+
+def test_no_alert_is_mentioned_without_its_prefix() -> None:
+    """README, docs, dashboards (and the Grafana JSON built from them), tests, bench: every
+    mention of an alert follows its name, so an operator searching for it finds it."""
+    bare = {name.removeprefix(ALERT_PREFIX) for name in alert_blocks()}
+    word = re.compile(rf"(?<![A-Za-z])({'|'.join(sorted(bare))})(?![A-Za-z])")
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=REPOSITORY, capture_output=True, text=True, check=False
+    )
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: git ls-files lists no files")
+    found = []
+    for name in listed.stdout.splitlines():
+        path = REPOSITORY / name
+        if path.suffix not in (".md", ".py", ".yml", ".yaml", ".json", ".toml", ".txt"):
+            continue
+        if not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            found += [f"{name}:{number}: {m}" for m in word.findall(line)]
+    assert found == []
 
 
 def test_every_rule_group_reads_at_most_five_minutes_of_raw_samples() -> None:
