@@ -416,3 +416,76 @@ def test_series_ledger_matches_the_exposition_of_the_fixture_node(
 def test_series_per_port_of_the_fixture_node_within_budget(nine_port_exposition: str) -> None:
     per_port = sum(counts[0] for counts in series_budget(nine_port_exposition).values())
     assert 0 < per_port <= SERIES_BUDGET_PER_PORT, f"{per_port} series per port"
+
+
+# docs/metrics.md's table: the labels and the presence of every family, held to real scrapes.
+TABLE_ROW = re.compile(r"^\| `(?P<name>[a-z_]+)` \| \w+ \| (?P<labels>[^|]+) \| (?P<present>[^|]+) \|")
+SAMPLE_LABELS = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? ")
+
+
+def documented_families() -> dict[str, tuple[list[str], str]]:
+    """family -> (labels, when present) as docs/metrics.md's table says."""
+    text = (DASHBOARDS.parent / "docs" / "metrics.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        if (match := TABLE_ROW.match(line)) is not None:
+            labels = re.findall(r"`([a-z_]+)`", match["labels"])
+            rows[match["name"]] = (labels, match["present"].strip())
+    return rows
+
+
+def exposed_labels(exposition: str) -> dict[str, list[str]]:
+    """family (as HELP names it) -> its label names, without le."""
+    families = set(series_budget(exposition))
+    by_length = sorted(families, key=len, reverse=True)
+    found: dict[str, list[str]] = {}
+    for line in exposition.splitlines():
+        if line.startswith("#") or (match := SAMPLE_LABELS.match(line)) is None:
+            continue
+        sample = match["name"]
+        family = next(f for f in by_length if any(sample == f + s for s in SUFFIXES))
+        names = re.findall(r'(?:^|,)([a-zA-Z_][a-zA-Z0-9_]*)="', match["labels"] or "")
+        labels = found.setdefault(family, [])
+        labels += [name for name in names if name not in labels and name != "le"]
+    return found
+
+
+@pytest.fixture(scope="module")
+def fixture_exposition() -> str:
+    """The checked-in fixture tree's /metrics (IB and RoCE ports, a port kept unsampled)."""
+    from burstscope.testing.emulated_node import running_agent
+    from tests.conftest import SYSFS
+    from tests.test_exposition import scrape_when_complete
+
+    with running_agent(SYSFS) as (agent, url):
+        return scrape_when_complete(agent, url)
+
+
+def test_metric_table_states_the_labels_real_agents_serve(
+    fixture_exposition: str, nine_port_exposition: str
+) -> None:
+    table = documented_families()
+    assert set(table) == set(HELP)
+    for exposition in (fixture_exposition, nine_port_exposition):
+        served = exposed_labels(exposition)
+        # The text format orders a series' labels by name; the table keeps the exporter's.
+        wrong = {
+            name: (table[name][0], labels)
+            for name, labels in served.items()
+            if name in HELP and sorted(table[name][0]) != sorted(labels)
+        }
+        assert wrong == {}, "docs/metrics.md labels (table, served)"
+
+
+def test_metric_table_says_when_each_conditional_family_is_present(
+    fixture_exposition: str, nine_port_exposition: str
+) -> None:
+    """A family missing from either real node is conditional: the table must say when it is
+    there; one the table calls "Always." is on both."""
+    table = documented_families()
+    on_both = set(exposed_labels(fixture_exposition)) & set(exposed_labels(nine_port_exposition))
+    always = {name for name, (_, present) in table.items() if present == "Always."}
+    assert always - on_both == set(), "called Always. but missing from a real node"
+    for name, (_, present) in table.items():
+        assert "only when configured" not in present, name
+        assert present, name
