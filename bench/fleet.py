@@ -184,7 +184,8 @@ def watch_rules(
             if elapsed >= full_windows_s:
                 steady.setdefault(name, {})[at] = seconds
         if first_firing is None and (
-            prom.value('count(ALERTS{alertname="BurstscopeBurstSaturation", alertstate="firing"})') > 0
+            prom.value('count(ALERTS{alertname="BurstscopeBurstSaturation", alertstate="firing"})')
+            > 0
         ):
             first_firing = round(elapsed)
         time.sleep(1)
@@ -247,7 +248,9 @@ def run_bench(
             head = prom.get("/api/v1/status/tsdb")["data"]["headStats"]["numSeries"]
             agent_series = prom.value('count({__name__=~"burstscope_.+|process_.+"})')
             scrape_p99 = prom.value("quantile(0.99, max_over_time(scrape_duration_seconds[5m]))")
-            firing = prom.value('count(ALERTS{alertname="BurstscopeBurstSaturation", alertstate="firing"})')
+            firing = prom.value(
+                'count(ALERTS{alertname="BurstscopeBurstSaturation", alertstate="firing"})'
+            )
             recorded = recorded_series(prom, drilldown_instance)
             rss_live = prom.peak_rss_bytes()
         # Phase 2: history before the live minutes, then the same TSDB restarted (WAL

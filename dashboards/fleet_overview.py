@@ -210,7 +210,8 @@ def _agents_down() -> list[Json]:
     return [
         stat(
             "Agents down",
-            "Targets of job burstscope whose last scrape failed (up == 0): alert BurstscopeAgentDown.",
+            "Targets of job burstscope whose last scrape failed (up == 0): alert "
+            "BurstscopeAgentDown.",
             [target(f"count(up{{{AGENTS}}} == 0) or vector(0)", "down", instant=True)],
             (4, 6),
             down_steps,

@@ -303,7 +303,8 @@ def _health_stats() -> list[Json]:
     return [
         stat(
             "Agent scrape",
-            "up: whether Prometheus' last scrape of this agent succeeded (alert BurstscopeAgentDown).",
+            "up: whether Prometheus' last scrape of this agent succeeded (alert "
+            "BurstscopeAgentDown).",
             [target(f"up{{{AGENTS}}}", "scrape", instant=True)],
             (4, 7),
             up_steps,
@@ -311,7 +312,8 @@ def _health_stats() -> list[Json]:
         ),
         stat(
             "Sampler",
-            "1 while the 1 ms sampler process is alive (alert BurstscopeAgentLagging when it is not).",
+            "1 while the 1 ms sampler process is alive (alert BurstscopeAgentLagging when it "
+            "is not).",
             [target(f"burstscope_sampler_up{{{NODES}}}", "sampler", instant=True)],
             (4, 7),
             up_steps,

@@ -317,7 +317,9 @@ def test_dashboards_read_every_recorded_series_from_the_rules_file() -> None:
 LEDGER_BEGIN = "<!-- series-ledger:begin -->"
 LEDGER_END = "<!-- series-ledger:end -->"
 SERIES_BUDGET_PER_PORT = 60
-LEDGER_ROW = re.compile(r"^\| `(?P<family>[a-z_]+)` \| (?P<port>\d+) \| (?P<device>\d+) \| (?P<node>\d+) \|")
+LEDGER_ROW = re.compile(
+    r"^\| `(?P<family>[a-z_]+)` \| (?P<port>\d+) \| (?P<device>\d+) \| (?P<node>\d+) \|"
+)
 TYPE_LINE = re.compile(r"^# TYPE (\S+) (\S+)$")
 SAMPLE_NAME = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)")
 SUFFIXES = ("", "_total", "_bucket", "_count", "_sum", "_created")
@@ -345,7 +347,9 @@ def series_budget(exposition: str) -> dict[str, tuple[int, int, int]]:
         if (match := TYPE_LINE.match(line)) is not None:
             name, kind = match.groups()
             # The text format names a counter with _total on its TYPE line, as HELP does.
-            families[name] = name if kind != "counter" or name.endswith("_total") else f"{name}_total"
+            families[name] = (
+                name if kind != "counter" or name.endswith("_total") else f"{name}_total"
+            )
     by_length = sorted(families, key=len, reverse=True)
     ports: dict[str, Counter[str]] = {}
     devices: dict[str, Counter[str]] = {}
@@ -419,7 +423,9 @@ def test_series_per_port_of_the_fixture_node_within_budget(nine_port_exposition:
 
 
 # docs/metrics.md's table: the labels and the presence of every family, held to real scrapes.
-TABLE_ROW = re.compile(r"^\| `(?P<name>[a-z_]+)` \| \w+ \| (?P<labels>[^|]+) \| (?P<present>[^|]+) \|")
+TABLE_ROW = re.compile(
+    r"^\| `(?P<name>[a-z_]+)` \| \w+ \| (?P<labels>[^|]+) \| (?P<present>[^|]+) \|"
+)
 SAMPLE_LABELS = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? ")
 
 

@@ -72,7 +72,11 @@ def test_burst_saturation_fires_for_the_saturated_nodes_only(
     fleet, prom = fleet_and_prometheus
     address = {f"{n.address}:{fleet.port}": n for n in fleet.nodes}
     saturated = {i for i, n in address.items() if not n.quiet}
-    wait_for(lambda: firing(prom, "BurstscopeBurstSaturation") >= saturated, 60, "BurstscopeBurstSaturation")
+    wait_for(
+        lambda: firing(prom, "BurstscopeBurstSaturation") >= saturated,
+        60,
+        "BurstscopeBurstSaturation",
+    )
     assert firing(prom, "BurstscopeBurstSaturation") == saturated
 
 

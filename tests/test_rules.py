@@ -160,7 +160,8 @@ def test_no_alert_is_mentioned_without_its_prefix() -> None:
 
 
 def test_every_rule_group_reads_at_most_five_minutes_of_raw_samples() -> None:
-    """Fleet cost: longer ranges read recorded series only (BurstscopeLinkDegraded's day: 5 m maxima)."""
+    """Fleet cost: longer ranges read recorded series only (BurstscopeLinkDegraded's day:
+    5 m maxima)."""
     raw = set(HELP) | {f"{n}_{s}" for n in HELP for s in ("bucket", "count", "sum")}
     for path in (RECORDING, ALERTS):
         for name, window in re.findall(r"\b([a-z_:]+)(?:\{[^}]*\})?\[(\w+)\]", path.read_text()):
