@@ -186,3 +186,48 @@ def test_rules_use_only_exported_or_recorded_metrics() -> None:
     used = metric_names(RECORDING.read_text()) | metric_names(ALERTS.read_text())
     assert used, "no metric names found in the rule expressions"
     assert used - known == set()
+
+
+@pytest.mark.integration
+def test_port_disappeared_fires_on_a_real_agent_whose_port_goes(tmp_path: Path) -> None:
+    """A real Prometheus scraping a real agent (rules with every for: cut to 2 s): one port's
+    state file starts reading empty, as a port gone from sysfs does; the alert fires for
+    that port only, while the agent keeps answering."""
+    import json
+    import urllib.parse
+
+    from burstscope.testing.emulated_node import EmulatedNode, running_agent
+    from burstscope.testing.processes import free_port, wait_for
+    from burstscope.testing.simulated_fleet import running_prometheus
+    from tests.test_prometheus_integration import Prometheus, test_rule_copy
+
+    binary = require_binary("prometheus")
+    node = EmulatedNode(tmp_path / "sys", ["mlx5_0", "mlx5_1"]).build()
+    rules = test_rule_copy(tmp_path)
+    with running_agent(node.root) as (_, url):
+        config = tmp_path / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            f"rule_files: {json.dumps(rules)}\n"
+            "scrape_configs:\n  - job_name: burstscope\n"
+            "    static_configs:\n"
+            f"      - targets: [{json.dumps(urllib.parse.urlparse(url).netloc)}]\n"
+        )
+        with running_prometheus(binary, config, tmp_path / "data", free_port()) as server:
+            prometheus = Prometheus(server.url, server.process)
+
+            def recorded() -> int:
+                name = "instance_device_port:burstscope_port_state:max_over_time5m"
+                return len(prometheus.query(name)["data"]["result"])
+
+            wait_for(lambda: recorded() == 2, 60, "both ports' state recorded")
+            node.write("mlx5_1", "state", "")
+
+            def firing() -> list[dict[str, object]]:
+                alerts = prometheus.alerts("BurstscopePortDisappeared")
+                return [a for a in alerts if a["state"] == "firing"]
+
+            alerts = wait_for(firing, 60, "BurstscopePortDisappeared firing")
+            assert [a["labels"]["device"] for a in alerts] == ["mlx5_1"]  # type: ignore[index]
+            up = prometheus.query('up{job="burstscope"}')["data"]["result"]
+            assert [r["value"][1] for r in up] == ["1"]
