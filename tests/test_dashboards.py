@@ -474,7 +474,8 @@ def test_metric_table_states_the_labels_real_agents_serve(
     assert set(table) == set(HELP)
     for exposition in (fixture_exposition, nine_port_exposition):
         served = exposed_labels(exposition)
-        # The text format orders a series' labels by name; the table keeps the exporter's.
+        # The agent's exposition orders a series' labels by name; the table keeps the
+        # order the exporter declares them in.
         wrong = {
             name: (table[name][0], labels)
             for name, labels in served.items()

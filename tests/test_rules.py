@@ -28,7 +28,8 @@ UNIT_TESTS = PROMETHEUS / "tests" / "alerts.test.yml"
 EXAMPLE = PROMETHEUS / "prometheus.example.yml"
 REPOSITORY = PROMETHEUS.parent.parent
 # Alert names carry the project's prefix, as monitoring mixins' do (node-mixin's NodeFilesystem...,
-# kubernetes-mixin's Kube...): unambiguous in an Alertmanager shared with dozens of rule sets.
+# kubernetes-mixin's Kube...; https://monitoring.mixins.dev): unambiguous in an Alertmanager
+# shared with dozens of rule sets.
 ALERT_PREFIX = "Burstscope"
 ALERT_NAME = re.compile(rf"^{ALERT_PREFIX}[A-Z][A-Za-z0-9]*$")
 
