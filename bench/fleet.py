@@ -171,7 +171,7 @@ def watch_rules(
 ) -> tuple[dict[str, list[float]], dict[str, list[float]], float | None]:
     """Every evaluation time of every rule group and rule over ``minutes``: all of them,
     those once the 5 m windows are full (after ``full_windows_s``), and when
-    BurstSaturation first fired."""
+    BurstscopeBurstSaturation first fired."""
     overall: dict[str, dict[str, float]] = {}
     steady: dict[str, dict[str, float]] = {}
     started = time.monotonic()
@@ -184,7 +184,8 @@ def watch_rules(
             if elapsed >= full_windows_s:
                 steady.setdefault(name, {})[at] = seconds
         if first_firing is None and (
-            prom.value('count(ALERTS{alertname="BurstSaturation", alertstate="firing"})') > 0
+            prom.value('count(ALERTS{alertname="BurstscopeBurstSaturation", alertstate="firing"})')
+            > 0
         ):
             first_firing = round(elapsed)
         time.sleep(1)
@@ -234,7 +235,7 @@ def run_bench(
         data = tmp / "data"
         config = prometheus_config(tmp, fleet, f"{scrape_s}s", shorten_for=False)
         # Phase 1: the live fleet from an empty TSDB, long enough for the 5 m windows to
-        # fill and BurstSaturation (for: 5m) to fire; rule evaluation times throughout.
+        # fill and BurstscopeBurstSaturation (for: 5m) to fire; rule evaluation times throughout.
         live_started = time.time()
         bench_cpu, wall = time.process_time(), time.monotonic()
         with running_prometheus(binary, config, data, free_port()) as prom:
@@ -247,7 +248,9 @@ def run_bench(
             head = prom.get("/api/v1/status/tsdb")["data"]["headStats"]["numSeries"]
             agent_series = prom.value('count({__name__=~"burstscope_.+|process_.+"})')
             scrape_p99 = prom.value("quantile(0.99, max_over_time(scrape_duration_seconds[5m]))")
-            firing = prom.value('count(ALERTS{alertname="BurstSaturation", alertstate="firing"})')
+            firing = prom.value(
+                'count(ALERTS{alertname="BurstscopeBurstSaturation", alertstate="firing"})'
+            )
             recorded = recorded_series(prom, drilldown_instance)
             rss_live = prom.peak_rss_bytes()
         # Phase 2: history before the live minutes, then the same TSDB restarted (WAL

@@ -210,7 +210,8 @@ def _agents_down() -> list[Json]:
     return [
         stat(
             "Agents down",
-            "Targets of job burstscope whose last scrape failed (up == 0): alert AgentDown.",
+            "Targets of job burstscope whose last scrape failed (up == 0): alert "
+            "BurstscopeAgentDown.",
             [target(f"count(up{{{AGENTS}}} == 0) or vector(0)", "down", instant=True)],
             (4, 6),
             down_steps,
@@ -219,7 +220,7 @@ def _agents_down() -> list[Json]:
         stat(
             "Samplers down",
             "Agents that answer but whose 1 ms sampler process is not running "
-            "(burstscope_sampler_up == 0): alert AgentLagging.",
+            "(burstscope_sampler_up == 0): alert BurstscopeAgentLagging.",
             [
                 target(
                     f"count(burstscope_sampler_up{{{NODES}}} == 0) or vector(0)",
@@ -270,7 +271,7 @@ def fleet_agents_row() -> list[Json]:
             "Missed sampler ticks",
             "Deadlines the 1 ms sampler skipped, per second: the node missing the most, and "
             "the fleet total. Anything above 0 for long means peaks from that node are "
-            "incomplete (alert AgentLagging).",
+            "incomplete (alert BurstscopeAgentLagging).",
             [
                 target(
                     f"max({rate_of('burstscope_sampler_missed_ticks_total', NODES)})",

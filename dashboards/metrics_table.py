@@ -3,14 +3,18 @@
 ``python dashboards/metrics_table.py`` prints the Markdown table; ``--check FILE`` exits 1
 when the table between the markers in FILE differs (tests/test_dashboards.py runs it);
 ``--write FILE`` replaces it. Types and labels come from a scrape of the exporter over a
-hand-built snapshot with one port, every slow counter and every source, so they are the
-exporter's own, not a second list.
+hand-built snapshot in which every family is present (one port with every slow counter, a
+stuck counter, a renegotiation, a kept unsampled port, a recording, an MQTT publisher), so
+they are the exporter's own, not a second list; tests/test_dashboards.py compares them with
+a real agent's /metrics. "Present" says when a conditional family is there: its HELP's own
+sentence where it has one, else ``PRESENT_WHEN``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -20,13 +24,76 @@ END = "<!-- metrics-table:end -->"
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# When a family that is not on every node's /metrics appears, for those whose HELP does not
+# say it (a HELP sentence "Present ..." or "Absent ..." is taken as it stands): what
+# collector/exporter.py emits each on.
+PRESENT_WHEN = {
+    "burstscope_port_not_sampled": "One per port kept without sampling its bytes, which then "
+    "has its state and rate but none of the sampled families.",
+    "burstscope_port_physical_state": "Ports with a phys_state file (sysfs sources).",
+    "burstscope_port_rdma_bytes_total": "EFA ports: one per rdma_*_bytes hw_counter.",
+    "burstscope_port_pfc_pause_seconds_total": "RoCE ports whose netdev is read with ethtool "
+    "(--ethtool), per priority once it has paused.",
+    "burstscope_port_pfc_pause_frames_total": "RoCE ports whose netdev is read with ethtool "
+    "(--ethtool), per priority the driver counts (PFC-enabled).",
+    "burstscope_device_info": "One per RDMA device the sysfs source discovered.",
+    "burstscope_port_refused_readings_total": "From the first refused reading of that counter "
+    "file, per reason.",
+    "burstscope_port_link_downed_total": "Ports with counters/link_downed.",
+    "burstscope_port_errors_total": "Ports with the error PortCounters (counters/).",
+    "burstscope_port_transmit_wait_total": "Ports with counters/port_xmit_wait.",
+    "burstscope_port_congestion_packets_total": "Ports with the CNP/ECN hw_counters (mlx5 RoCE), "
+    "per counter the port has.",
+    "burstscope_port_utilization_ratio": "While the port's line rate is known.",
+    "burstscope_port_peak_utilization_ratio": "While the port's line rate is known.",
+    "burstscope_port_bursts_total": "While the port's line rate is known.",
+    "burstscope_port_burst_bytes_total": "While the port's line rate is known.",
+    "burstscope_port_burst_duration_seconds": "While the port's line rate is known.",
+    "burstscope_port_saturated_seconds_total": "While the port's line rate is known.",
+    "burstscope_port_hidden_saturated_seconds_total": "While the port's line rate is known.",
+    "burstscope_restarts_total": "Always: one per supervised component (the sampler process, "
+    "the slow poller), from 0.",
+    "burstscope_recording_paused": "While the agent records (--record, [recording] path).",
+    "burstscope_recording_pauses_total": "While the agent records.",
+    "burstscope_recording_dropped_samples_total": "While the agent records.",
+    "burstscope_recording_bytes": "While the agent records.",
+    "burstscope_recording_deleted_pieces_total": "While the agent records.",
+    "burstscope_sampler_cpu_seconds_total": "While the sampler process runs.",
+    "burstscope_sampler_resident_memory_bytes": "While the sampler process runs.",
+    "burstscope_source_errors_total": "One per slow source.",
+    "burstscope_mqtt_connected": "With --mqtt, from the publisher's start.",
+    "burstscope_mqtt_spool_messages": "With --mqtt, from the publisher's start.",
+    "burstscope_mqtt_dropped_messages_total": "With --mqtt, from the publisher's start.",
+    "burstscope_mqtt_published_messages_total": "With --mqtt, from the publisher's start.",
+}
+ALWAYS = "Always."
+# The HELP sentence that says when a family is present ("Present from the first change",
+# "absent while the state cannot be read ...").
+_PRESENCE = re.compile(r"\b(?:[Pp]resent|[Aa]bsent)\b[^.]*\.")
+
+
+def present_when(name: str, help_text: str) -> str:
+    """When the family is on /metrics: its HELP's own sentence, PRESENT_WHEN, or always."""
+    found = _PRESENCE.search(help_text)
+    if found is not None:
+        sentence = found.group(0)
+        return sentence[0].upper() + sentence[1:]
+    return PRESENT_WHEN.get(name, ALWAYS)
+
+
 def _families() -> dict[str, tuple[str, list[str]]]:
-    """name -> (type, labels) as the exporter emits them, from one synthetic snapshot."""
+    """name -> (type, labels) as the exporter emits them, from one synthetic snapshot in
+    which every conditional family is present (a kept unsampled port, a stuck counter, a
+    renegotiation, a refused reading, a restart, a recording, an MQTT publisher)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
+    from types import SimpleNamespace
+
     import numpy as np
 
-    from burstscope.collector.exporter import BurstscopeCollector
+    from burstscope.collector.discovery import DeviceInfo
+    from burstscope.collector.exporter import BurstscopeCollector, mqtt_families
+    from burstscope.collector.recording import RecordingHealth
     from burstscope.collector.slow_poller import (
         READ_BUCKETS_SECONDS,
         CounterState,
@@ -40,7 +107,7 @@ def _families() -> dict[str, tuple[str, list[str]]]:
         PortView,
         Snapshot,
     )
-    from burstscope.collector.sources.base import PortSpec
+    from burstscope.collector.sources.base import PortSpec, UnsampledPort
     from burstscope.detectors.config import Thresholds
     from burstscope.detectors.live import LiveDirection
 
@@ -53,30 +120,70 @@ def _families() -> dict[str, tuple[str, list[str]]]:
         resets=0,
         p99=None,
     )
-    port = PortView(spec, {"transmit": view, "receive": view}, 0)
+    interval_ns = 1_000_000
+    port = PortView(
+        spec,
+        {"transmit": view, "receive": view},
+        0,
+        refused={("port_xmit_data", "EIO"): 1},
+        rate_changes=1,
+        resolution_ns=10 * interval_ns,
+    )
     timing = np.zeros(len(TIMING_BUCKETS_SECONDS) + 1, dtype=np.int64)
     # This process stands in for the sampler, so its cost families appear in the table.
     health = Health(
-        0, 0, 0, False, 0, 1_000_000, True, timing, 0.0, timing, 0.0, 0, sampler_pid=os.getpid()
+        0,
+        0,
+        0,
+        False,
+        0,
+        interval_ns,
+        True,
+        timing,
+        0.0,
+        timing,
+        0.0,
+        0,
+        restarts={"sampler": 1},
+        sampler_pid=os.getpid(),
     )
     names = [
         "state",
+        "phys_state",
         "link_downed",
         "port_xmit_wait",
         "symbol_error",
         "np_cnp_sent",
         "rx_prio3_pause",
+        "rx_prio3_pause_duration",
+        "rdma_read_bytes",
     ]
     counters = {
-        ("mlx5_0", 1, name): CounterState("port_slow", "mlx5_0", 1, name, 0, 0, 0, False, 0)
+        # port_xmit_wait stuck at all-ones; a pause duration that has paused.
+        ("mlx5_0", 1, name): CounterState(
+            "port_slow", "mlx5_0", 1, name, 1, 0, 0, name == "port_xmit_wait", 0
+        )
         for name in names
     }
     read_buckets = (0,) * (len(READ_BUCKETS_SECONDS) + 1)
     sources = (SourceHealth("port_slow", 0, 0, None, None, 0.0, 0, read_buckets),)
-    slow = SlowSnapshot(counters, sources)
-    snapshot = Snapshot("infiniband", 0, (port,), health, slow, Thresholds())
+    slow = SlowSnapshot(counters, sources, refused={("mlx5_0", 1, "symbol_error", "EIO"): 1})
+    snapshot = Snapshot(
+        "infiniband",
+        0,
+        (port,),
+        health,
+        slow,
+        Thresholds(),
+        RecordingHealth(False, 0, 0, None, 0, 0),
+        (UnsampledPort("mlx5_1", 1, "no readable byte counter"),),
+        (DeviceInfo("mlx5_0", "MT_0000000838", "28.39.1002", "MT4129"),),
+    )
+    collector = BurstscopeCollector(lambda: snapshot, version="0")
+    publisher = SimpleNamespace(connected=True, spool_depth=0, dropped=0, published=0)
+    collector.extra_families.append(lambda: mqtt_families(publisher))
     found: dict[str, tuple[str, list[str]]] = {}
-    for family in BurstscopeCollector(lambda: snapshot, version="0").collect():
+    for family in collector.collect():
         name = family.name + ("_total" if family.type == "counter" else "")
         labels: list[str] = []
         for sample in family.samples:
@@ -89,21 +196,19 @@ def table() -> str:
     from burstscope.collector.exporter import HELP
 
     families = _families()
+    missing = set(HELP) - set(families)
+    if missing:
+        raise SystemExit(f"metrics_table.py: no synthetic series for {', '.join(sorted(missing))}")
     lines = [
-        "| Metric | Type | Labels | Help |",
-        "|---|---|---|---|",
+        "| Metric | Type | Labels | Present | Help |",
+        "|---|---|---|---|---|",
     ]
     for name, text in HELP.items():
-        help_text = text.replace("|", "\\|")
-        if name in families:
-            kind, labels = families[name]
-        else:
-            # Families of optional outputs (MQTT) are added by their own hook only when the
-            # output is configured; their type follows from the name (_total: counter).
-            kind, labels = ("counter" if name.endswith("_total") else "gauge"), []
-            help_text += " (optional output: only when configured)"
+        kind, labels = families[name]
         label_text = ", ".join(f"`{label}`" for label in labels) or "—"
-        lines.append(f"| `{name}` | {kind} | {label_text} | {help_text} |")
+        present = present_when(name, text).replace("|", "\\|")
+        help_text = text.replace("|", "\\|")
+        lines.append(f"| `{name}` | {kind} | {label_text} | {present} | {help_text} |")
     return "\n".join(lines) + "\n"
 
 

@@ -120,9 +120,9 @@ def drill_utilization_row() -> list[Json]:
         ),
         panel(
             "timeseries",
-            "Share of milliseconds at >= 95% (BurstSaturation)",
+            "Share of milliseconds at >= 95% (BurstscopeBurstSaturation)",
             "Share of 1 ms samples at or above 95% of line rate over 5 m (recording rule), "
-            "highest in each step, beside the share above which BurstSaturation pages "
+            "highest in each step, beside the share above which BurstscopeBurstSaturation pages "
             f"({SATURATION_SHARE}).",
             [
                 target(
@@ -303,7 +303,8 @@ def _health_stats() -> list[Json]:
     return [
         stat(
             "Agent scrape",
-            "up: whether Prometheus' last scrape of this agent succeeded (alert AgentDown).",
+            "up: whether Prometheus' last scrape of this agent succeeded (alert "
+            "BurstscopeAgentDown).",
             [target(f"up{{{AGENTS}}}", "scrape", instant=True)],
             (4, 7),
             up_steps,
@@ -311,7 +312,8 @@ def _health_stats() -> list[Json]:
         ),
         stat(
             "Sampler",
-            "1 while the 1 ms sampler process is alive (alert AgentLagging when it is not).",
+            "1 while the 1 ms sampler process is alive (alert BurstscopeAgentLagging when it "
+            "is not).",
             [target(f"burstscope_sampler_up{{{NODES}}}", "sampler", instant=True)],
             (4, 7),
             up_steps,

@@ -20,7 +20,7 @@ from burstscope.detectors.arrays import F64, I64
 # Dense near 1, so "what share of milliseconds were >= 90%" is a bucket ratio that sums
 # across ports and nodes (1 - le=0.9 / +Inf).
 # No 0.99 bound: it paid for the decade burst-duration buckets below within the 60-series
-# budget; 0.95 (BurstSaturation) and 1.0 (line rate, above it only timestamp jitter) stay.
+# budget; 0.95 (BurstscopeBurstSaturation) and 1.0 (line rate, above it only timestamp jitter) stay.
 UTILIZATION_BUCKETS = (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0)
 # One bucket per decade from 1 ms (one sample) to 10 s (a stalled collective), so p50 and
 # p99 of any burst length are interpolated inside one decade, not between 5 and 50 ms.

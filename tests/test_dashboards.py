@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -309,3 +311,188 @@ def test_dashboards_read_every_recorded_series_from_the_rules_file() -> None:
         source = (DASHBOARDS / f"{module}.py").read_text()
         for name in recorded_names(DASHBOARDS / "prometheus" / "recording.rules.yml"):
             assert name not in source, (module, name)
+
+
+# The series budget: dashboards/README.md's ledger, checked against a real exposition.
+LEDGER_BEGIN = "<!-- series-ledger:begin -->"
+LEDGER_END = "<!-- series-ledger:end -->"
+SERIES_BUDGET_PER_PORT = 60
+LEDGER_ROW = re.compile(
+    r"^\| `(?P<family>[a-z_]+)` \| (?P<port>\d+) \| (?P<device>\d+) \| (?P<node>\d+) \|"
+)
+TYPE_LINE = re.compile(r"^# TYPE (\S+) (\S+)$")
+SAMPLE_NAME = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)")
+SUFFIXES = ("", "_total", "_bucket", "_count", "_sum", "_created")
+
+
+def ledger(text: str) -> dict[str, tuple[int, int, int]]:
+    """family -> (series per port, per device, per node) as the ledger states them."""
+    section = text[text.index(LEDGER_BEGIN) : text.index(LEDGER_END)]
+    rows = {}
+    for line in section.splitlines():
+        if (match := LEDGER_ROW.match(line)) is not None:
+            counts = (int(match["port"]), int(match["device"]), int(match["node"]))
+            rows[match["family"]] = counts
+    return rows
+
+
+def series_budget(exposition: str) -> dict[str, tuple[int, int, int]]:
+    """family -> (series per port, per device, per node) in one exposition.
+
+    A series with device and port labels is a port's, with device only a device's, else
+    the node's. Every port (device) must have the same count, or the ledger could not say
+    one number for it."""
+    families: dict[str, str] = {}
+    for line in exposition.splitlines():
+        if (match := TYPE_LINE.match(line)) is not None:
+            name, kind = match.groups()
+            # The text format names a counter with _total on its TYPE line, as HELP does.
+            families[name] = (
+                name if kind != "counter" or name.endswith("_total") else f"{name}_total"
+            )
+    by_length = sorted(families, key=len, reverse=True)
+    ports: dict[str, Counter[str]] = {}
+    devices: dict[str, Counter[str]] = {}
+    nodes: Counter[str] = Counter()
+    for line in exposition.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        match = SAMPLE_NAME.match(line)
+        assert match is not None, line
+        sample = match.group(1)
+        stem = next(f for f in by_length if any(sample == f + s for s in SUFFIXES))
+        family = families[stem]
+        device = re.search(r'\bdevice="([^"]*)"', line)
+        port = re.search(r'\bport="([^"]*)"', line)
+        if device and port:
+            ports.setdefault(family, Counter())[f"{device[1]}/{port[1]}"] += 1
+        elif device:
+            devices.setdefault(family, Counter())[device[1]] += 1
+        else:
+            nodes[family] += 1
+    found = {}
+    for family in families.values():
+        per_port = set(ports.get(family, Counter({"": 0})).values())
+        per_device = set(devices.get(family, Counter({"": 0})).values())
+        assert len(per_port) == 1 and len(per_device) == 1, f"{family}: uneven {ports, devices}"
+        found[family] = (per_port.pop(), per_device.pop(), nodes[family])
+    return found
+
+
+@pytest.fixture(scope="module")
+def nine_port_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The emulated 9-port RoCE node's /metrics with every output it can run on: hw_counters
+    (CNP/ECN) and MQTT (a broker that refuses: the publisher still reports on itself)."""
+    from burstscope.testing.emulated_node import EmulatedNode, running_agent, scrape
+    from burstscope.testing.processes import free_port
+    from tests.test_exposition import scrape_when_complete
+
+    root = tmp_path_factory.mktemp("ledger")
+    node = EmulatedNode(root, [f"mlx5_{index}" for index in range(9)]).build()
+    broker = f"mqtt://127.0.0.1:{free_port()}"
+    with running_agent(node.root, "--mqtt", broker) as (agent, url):
+        body = scrape_when_complete(agent, url)
+        deadline = time.monotonic() + 10
+        while "burstscope_mqtt_connected" not in body and time.monotonic() < deadline:
+            time.sleep(0.05)
+            body = scrape(url)
+    return body
+
+
+def test_series_ledger_matches_the_exposition_of_the_fixture_node(
+    nine_port_exposition: str,
+) -> None:
+    """Each family's row in dashboards/README.md's ledger states what the node exports."""
+    found = series_budget(nine_port_exposition)
+    rows = ledger((DASHBOARDS / "README.md").read_text())
+    # Every family the exporter knows (HELP) and every one the node serves has a row;
+    # a family absent on this node (conditional) must say 0 0 0.
+    expected = {name: found.get(name, (0, 0, 0)) for name in (*HELP, *found)}
+    wrong = [
+        f"| `{name}` | {counts[0]} | {counts[1]} | {counts[2]} |"
+        for name, counts in expected.items()
+        if rows.get(name) != counts
+    ]
+    assert wrong == [], "dashboards/README.md series ledger: replace (or add) these rows"
+    assert set(rows) - set(expected) == set(), "ledger rows for families that do not exist"
+
+
+def test_series_per_port_of_the_fixture_node_within_budget(nine_port_exposition: str) -> None:
+    per_port = sum(counts[0] for counts in series_budget(nine_port_exposition).values())
+    assert 0 < per_port <= SERIES_BUDGET_PER_PORT, f"{per_port} series per port"
+
+
+# docs/metrics.md's table: the labels and the presence of every family, held to real scrapes.
+TABLE_ROW = re.compile(
+    r"^\| `(?P<name>[a-z_]+)` \| \w+ \| (?P<labels>[^|]+) \| (?P<present>[^|]+) \|"
+)
+SAMPLE_LABELS = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? ")
+
+
+def documented_families() -> dict[str, tuple[list[str], str]]:
+    """family -> (labels, when present) as docs/metrics.md's table says."""
+    text = (DASHBOARDS.parent / "docs" / "metrics.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        if (match := TABLE_ROW.match(line)) is not None:
+            labels = re.findall(r"`([a-z_]+)`", match["labels"])
+            rows[match["name"]] = (labels, match["present"].strip())
+    return rows
+
+
+def exposed_labels(exposition: str) -> dict[str, list[str]]:
+    """family (as HELP names it) -> its label names, without le."""
+    families = set(series_budget(exposition))
+    by_length = sorted(families, key=len, reverse=True)
+    found: dict[str, list[str]] = {}
+    for line in exposition.splitlines():
+        if line.startswith("#") or (match := SAMPLE_LABELS.match(line)) is None:
+            continue
+        sample = match["name"]
+        family = next(f for f in by_length if any(sample == f + s for s in SUFFIXES))
+        names = re.findall(r'(?:^|,)([a-zA-Z_][a-zA-Z0-9_]*)="', match["labels"] or "")
+        labels = found.setdefault(family, [])
+        labels += [name for name in names if name not in labels and name != "le"]
+    return found
+
+
+@pytest.fixture(scope="module")
+def fixture_exposition() -> str:
+    """The checked-in fixture tree's /metrics (IB and RoCE ports, a port kept unsampled)."""
+    from burstscope.testing.emulated_node import running_agent
+    from tests.conftest import SYSFS
+    from tests.test_exposition import scrape_when_complete
+
+    with running_agent(SYSFS) as (agent, url):
+        return scrape_when_complete(agent, url)
+
+
+def test_metric_table_states_the_labels_real_agents_serve(
+    fixture_exposition: str, nine_port_exposition: str
+) -> None:
+    table = documented_families()
+    assert set(table) == set(HELP)
+    for exposition in (fixture_exposition, nine_port_exposition):
+        served = exposed_labels(exposition)
+        # The agent's exposition orders a series' labels by name; the table keeps the
+        # order the exporter declares them in.
+        wrong = {
+            name: (table[name][0], labels)
+            for name, labels in served.items()
+            if name in HELP and sorted(table[name][0]) != sorted(labels)
+        }
+        assert wrong == {}, "docs/metrics.md labels (table, served)"
+
+
+def test_metric_table_says_when_each_conditional_family_is_present(
+    fixture_exposition: str, nine_port_exposition: str
+) -> None:
+    """A family missing from either real node is conditional: the table must say when it is
+    there; one the table calls "Always." is on both."""
+    table = documented_families()
+    on_both = set(exposed_labels(fixture_exposition)) & set(exposed_labels(nine_port_exposition))
+    always = {name for name, (_, present) in table.items() if present == "Always."}
+    assert always - on_both == set(), "called Always. but missing from a real node"
+    for name, (_, present) in table.items():
+        assert "only when configured" not in present, name
+        assert present, name

@@ -3,8 +3,8 @@
 50 simulated nodes (burstscope/testing/simulated_fleet.py, every fifth quiet) serve real sim-agent
 expositions on their own loopback addresses; Prometheus (Debian's ``prometheus``) scrapes
 them every 1 s with both rule files, every ``for:`` cut to 2 s. Checks: every panel query
-of both dashboards returns data, AgentDown fires for a stopped node and only for it,
-BurstSaturation fires for the saturated nodes only. Waits on conditions; skips without the
+of both dashboards returns data, BurstscopeAgentDown fires for a stopped node and only for it,
+BurstscopeBurstSaturation fires for the saturated nodes only. Waits on conditions; skips without the
 binary, fails under BURSTSCOPE_REQUIRE_INTEGRATION=1.
 """
 
@@ -72,8 +72,12 @@ def test_burst_saturation_fires_for_the_saturated_nodes_only(
     fleet, prom = fleet_and_prometheus
     address = {f"{n.address}:{fleet.port}": n for n in fleet.nodes}
     saturated = {i for i, n in address.items() if not n.quiet}
-    wait_for(lambda: firing(prom, "BurstSaturation") >= saturated, 60, "BurstSaturation")
-    assert firing(prom, "BurstSaturation") == saturated
+    wait_for(
+        lambda: firing(prom, "BurstscopeBurstSaturation") >= saturated,
+        60,
+        "BurstscopeBurstSaturation",
+    )
+    assert firing(prom, "BurstscopeBurstSaturation") == saturated
 
 
 def test_every_panel_query_returns_data(fleet_and_prometheus: tuple[Fleet, Prometheus]) -> None:
@@ -101,7 +105,7 @@ def test_agent_down_fires_for_a_stopped_node_only(
     stopped.stopped = True
     try:
         instance = f"{stopped.address}:{fleet.port}"
-        wait_for(lambda: instance in firing(prom, "AgentDown"), 60, "AgentDown")
-        assert firing(prom, "AgentDown") == {instance}
+        wait_for(lambda: instance in firing(prom, "BurstscopeAgentDown"), 60, "BurstscopeAgentDown")
+        assert firing(prom, "BurstscopeAgentDown") == {instance}
     finally:
         stopped.stopped = False

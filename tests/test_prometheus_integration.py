@@ -1,4 +1,4 @@
-"""A real Prometheus scraping the real agent: every dashboard query and BurstSaturation.
+"""A real Prometheus scraping the real agent: every dashboard query and BurstscopeBurstSaturation.
 
 An emulated 3-port node (bench.exporter.EmulatedNode) is written by a thread of this test:
 mlx5_0 transmits at line rate (saturating), mlx5_1 is quiet, mlx5_2 bursts at line rate
@@ -135,11 +135,11 @@ def test_burst_saturation_fires_for_line_rate_and_not_for_quiet(prometheus: Prom
         return {(r["metric"]["device"], r["metric"]["direction"]) for r in result}
 
     def firing() -> list[dict[str, Any]]:
-        return [a for a in prometheus.alerts("BurstSaturation") if a["state"] == "firing"]
+        return [a for a in prometheus.alerts("BurstscopeBurstSaturation") if a["state"] == "firing"]
 
     # One alert for the node, counting its port directions above the share: mlx5_0
     # transmit (line rate) and mlx5_2 (line rate 20% of the time), never quiet mlx5_1.
-    alert = wait_for(firing, 45, "BurstSaturation firing for the node")[0]
+    alert = wait_for(firing, 45, "BurstscopeBurstSaturation firing for the node")[0]
     assert ("mlx5_0", "transmit") in saturated()
     assert not any(device == "mlx5_1" for device, _ in saturated())
     assert "device" not in alert["labels"]

@@ -26,6 +26,12 @@ RECORDING = PROMETHEUS / "recording.rules.yml"
 ALERTS = PROMETHEUS / "alerts.rules.yml"
 UNIT_TESTS = PROMETHEUS / "tests" / "alerts.test.yml"
 EXAMPLE = PROMETHEUS / "prometheus.example.yml"
+REPOSITORY = PROMETHEUS.parent.parent
+# Alert names carry the project's prefix, as monitoring mixins' do (node-mixin's NodeFilesystem...,
+# kubernetes-mixin's Kube...; https://monitoring.mixins.dev): unambiguous in an Alertmanager
+# shared with dozens of rule sets.
+ALERT_PREFIX = "Burstscope"
+ALERT_NAME = re.compile(rf"^{ALERT_PREFIX}[A-Z][A-Za-z0-9]*$")
 
 # level:metric:operations (prometheus.io/docs/practices/rules).
 # The one runbook base of every alert; dashboards/README.md ("Runbook links") shows how to
@@ -41,9 +47,9 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
     )
 
 
-def alert_blocks() -> dict[str, str]:
+def alert_blocks(path: Path = ALERTS) -> dict[str, str]:
     """alert name -> the text of its rule, up to the next rule."""
-    text = ALERTS.read_text()
+    text = path.read_text()
     parts = re.split(r"^\s*- alert: ", text, flags=re.MULTILINE)[1:]
     return {part.split("\n", 1)[0].strip(): part for part in parts}
 
@@ -58,7 +64,7 @@ def test_promtool_check_rules() -> None:
     result = promtool("check", "rules", str(RECORDING), str(ALERTS))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 16 rules found" in result.stdout
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -91,13 +97,14 @@ def test_every_alert_is_unit_tested_firing_and_silent() -> None:
             firing.add(name)
     alerts = set(alert_blocks())
     assert alerts == {
-        "AgentDown",
-        "BurstSaturation",
-        "HiddenBursts",
-        "CongestionDuringBursts",
-        "LinkFlap",
-        "LinkDegraded",
-        "AgentLagging",
+        "BurstscopeAgentDown",
+        "BurstscopeBurstSaturation",
+        "BurstscopeHiddenBursts",
+        "BurstscopeCongestionDuringBursts",
+        "BurstscopeLinkFlap",
+        "BurstscopeLinkDegraded",
+        "BurstscopePortDisappeared",
+        "BurstscopeAgentLagging",
     }
     assert alerts - firing == set(), "alerts without a firing unit test"
     assert alerts - silent == set(), "alerts without a not-firing unit test"
@@ -114,11 +121,48 @@ def test_alert_has_summary_description_runbook_and_severity(alert: str) -> None:
     assert f'<a id="{alert.lower()}"></a>' in readme, f"README has no runbook for {alert}"
     severity = re.search(r"severity: (\w+)", block)
     assert severity is not None
-    assert severity.group(1) == ("info" if alert == "HiddenBursts" else "warning")
+    assert severity.group(1) == ("info" if alert == "BurstscopeHiddenBursts" else "warning")
+
+
+def rules_files() -> list[Path]:
+    return sorted(PROMETHEUS.glob("*.rules.yml"))
+
+
+def test_every_alert_in_every_rules_file_carries_the_prefix() -> None:
+    names = [name for path in rules_files() for name in alert_blocks(path)]
+    assert names, "no alerts found"
+    assert [n for n in names if not ALERT_NAME.match(n)] == []
+    # An alert rule written some other way (a quoted name) would escape alert_blocks().
+    for path in rules_files():
+        written = re.findall(r"^\s*-?\s*alert:", path.read_text(), flags=re.MULTILINE)
+        assert len(written) == len(alert_blocks(path)), path.name
+
+
+def test_no_alert_is_mentioned_without_its_prefix() -> None:
+    """README, docs, dashboards (and the Grafana JSON built from them), tests, bench: every
+    mention of an alert follows its name, so an operator searching for it finds it."""
+    bare = {name.removeprefix(ALERT_PREFIX) for name in alert_blocks()}
+    word = re.compile(rf"(?<![A-Za-z])({'|'.join(sorted(bare))})(?![A-Za-z])")
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=REPOSITORY, capture_output=True, text=True, check=False
+    )
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: git ls-files lists no files")
+    found = []
+    for name in listed.stdout.splitlines():
+        path = REPOSITORY / name
+        if path.suffix not in (".md", ".py", ".yml", ".yaml", ".json", ".toml", ".txt"):
+            continue
+        if not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            found += [f"{name}:{number}: {m}" for m in word.findall(line)]
+    assert found == []
 
 
 def test_every_rule_group_reads_at_most_five_minutes_of_raw_samples() -> None:
-    """Fleet cost: longer ranges read recorded series only (LinkDegraded's day: 5 m maxima)."""
+    """Fleet cost: longer ranges read recorded series only (BurstscopeLinkDegraded's day:
+    5 m maxima)."""
     raw = set(HELP) | {f"{n}_{s}" for n in HELP for s in ("bucket", "count", "sum")}
     for path in (RECORDING, ALERTS):
         for name, window in re.findall(r"\b([a-z_:]+)(?:\{[^}]*\})?\[(\w+)\]", path.read_text()):
@@ -143,3 +187,48 @@ def test_rules_use_only_exported_or_recorded_metrics() -> None:
     used = metric_names(RECORDING.read_text()) | metric_names(ALERTS.read_text())
     assert used, "no metric names found in the rule expressions"
     assert used - known == set()
+
+
+@pytest.mark.integration
+def test_port_disappeared_fires_on_a_real_agent_whose_port_goes(tmp_path: Path) -> None:
+    """A real Prometheus scraping a real agent (rules with every for: cut to 2 s): one port's
+    state file starts reading empty, as a port gone from sysfs does; the alert fires for
+    that port only, while the agent keeps answering."""
+    import json
+    import urllib.parse
+
+    from burstscope.testing.emulated_node import EmulatedNode, running_agent
+    from burstscope.testing.processes import free_port, wait_for
+    from burstscope.testing.simulated_fleet import running_prometheus
+    from tests.test_prometheus_integration import Prometheus, test_rule_copy
+
+    binary = require_binary("prometheus")
+    node = EmulatedNode(tmp_path / "sys", ["mlx5_0", "mlx5_1"]).build()
+    rules = test_rule_copy(tmp_path)
+    with running_agent(node.root) as (_, url):
+        config = tmp_path / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            f"rule_files: {json.dumps(rules)}\n"
+            "scrape_configs:\n  - job_name: burstscope\n"
+            "    static_configs:\n"
+            f"      - targets: [{json.dumps(urllib.parse.urlparse(url).netloc)}]\n"
+        )
+        with running_prometheus(binary, config, tmp_path / "data", free_port()) as server:
+            prometheus = Prometheus(server.url, server.process)
+
+            def recorded() -> int:
+                name = "instance_device_port:burstscope_port_state:max_over_time5m"
+                return len(prometheus.query(name)["data"]["result"])
+
+            wait_for(lambda: recorded() == 2, 60, "both ports' state recorded")
+            node.write("mlx5_1", "state", "")
+
+            def firing() -> list[dict[str, object]]:
+                alerts = prometheus.alerts("BurstscopePortDisappeared")
+                return [a for a in alerts if a["state"] == "firing"]
+
+            alerts = wait_for(firing, 60, "BurstscopePortDisappeared firing")
+            assert [a["labels"]["device"] for a in alerts] == ["mlx5_1"]  # type: ignore[index]
+            up = prometheus.query('up{job="burstscope"}')["data"]["result"]
+            assert [r["value"][1] for r in up] == ["1"]
