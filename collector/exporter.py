@@ -365,7 +365,10 @@ class BurstscopeCollector(Collector):
         out.gauge("burstscope_sampler_interval_seconds", (), [], health.interval_ns / 1e9)
         if health.finest_interval_ns > 0:
             out.gauge(
-                "burstscope_sampler_finest_interval_seconds", (), [], health.finest_interval_ns / 1e9
+                "burstscope_sampler_finest_interval_seconds",
+                (),
+                [],
+                health.finest_interval_ns / 1e9,
             )
         out.gauge("burstscope_sampler_up", (), [], 1.0 if health.sampler_alive else 0.0)
         out.gauge("burstscope_sampler_realtime", (), [], 1.0 if health.realtime else 0.0)

@@ -56,7 +56,9 @@ def tick_read_windows(
     start = stamps - durations // 2
     end = start + durations
     ticks = read.any(axis=1)
-    first = np.where(read, start, np.iinfo(np.int64).max).min(axis=1, initial=np.iinfo(np.int64).max)
+    first = np.where(read, start, np.iinfo(np.int64).max).min(
+        axis=1, initial=np.iinfo(np.int64).max
+    )
     last = np.where(read, end, np.iinfo(np.int64).min).max(axis=1, initial=np.iinfo(np.int64).min)
     windows: npt.NDArray[np.int64] = (last - first)[ticks]
     return windows

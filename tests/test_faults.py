@@ -27,19 +27,19 @@ from pathlib import Path
 
 import pytest
 
-from burstscope.testing.processes import (
-    DEADLINE_SECONDS,
-    AgentProcess,
-    fetch,
-    free_port,
-    wait_until,
-)
 from burstscope.testing.fuse_tree import (
     FuseFiles,
     FuseMountError,
     fuse_unavailable,
     link_counters,
     served_files,
+)
+from burstscope.testing.processes import (
+    DEADLINE_SECONDS,
+    AgentProcess,
+    fetch,
+    free_port,
+    wait_until,
 )
 from tests.conftest import integration_unavailable, require_binary, require_root
 from tests.test_agent import make_certificates
@@ -502,6 +502,7 @@ def test_check_config_accepts_what_starts(tmp_path: Path, sysfs_copy: Path) -> N
 
 
 # -- 6. FUSE: errors a plain file cannot produce ----------------------------------------------
+
 
 @pytest.fixture
 def fuse_counters(tmp_path: Path, sysfs_copy: Path) -> Iterator[FuseFiles]:

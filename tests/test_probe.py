@@ -58,7 +58,12 @@ def rounded_up(nanoseconds: int) -> int:
         # A port not read that tick (failed, held) does not stretch the window.
         ([[1_000, 9_000]], [[200, 400]], [[True, False]], [200]),
         # A tick with no read at all is no tick of the judgement.
-        ([[1_000, 9_000], [5_000, 5_000]], [[200, 400], [0, 0]], [[False, False], [True, True]], [0]),
+        (
+            [[1_000, 9_000], [5_000, 5_000]],
+            [[200, 400], [0, 0]],
+            [[False, False], [True, True]],
+            [0],
+        ),
     ],
 )
 def test_tick_read_window_spans_first_start_to_last_end(

@@ -9,6 +9,7 @@ this kind of machine, more under load, so an injected delay should be millisecon
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -74,9 +75,7 @@ def fuse_unavailable() -> str | None:
     """Why FUSE trees cannot be served here (for the test's skip), or None."""
     if not os.path.exists("/dev/fuse"):
         return "no /dev/fuse"
-    try:
-        import mfusepy  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("mfusepy") is None:  # the server imports it, not this process
         return "mfusepy is not installed (pip install -e '.[test]')"
     if shutil.which("fusermount3") is None:
         return "fusermount3 is not installed (fuse3)"
