@@ -472,6 +472,7 @@ class Pipeline:
             self._swap(previous, self.source, previous.start())
             raise
         self._swap(candidate, source, ring)
+        self.read_cost = None  # a new port set: its reads are judged afresh
 
     def _swap(self, sampler: Sampler, source: CounterSource, ring: Ring) -> None:
         # Kept ports keep their detectors and the rate in force (the slow poll follows it).
