@@ -182,3 +182,16 @@ def test_tmpfs_reads_fit_a_millisecond(sysfs_copy: Path) -> None:
 def test_probe_refuses_a_bad_interval(sysfs_copy: Path) -> None:
     result = burstscope("discover", "--sysfs-root", str(sysfs_copy), "--probe", "--interval", "5x")
     assert_usage_error(result, "--interval", "5x")
+
+
+def test_gauge_is_absent_until_judged(sysfs_copy: Path) -> None:
+    """At 2 s the judgement waits for 20 ticks (40 s): until then no guess is exported."""
+    agent = AgentProcess(
+        "--sysfs-root", str(sysfs_copy), "--include", "mlx5_[01]", "--interval", "2s"
+    )
+    try:
+        body = agent.wait_ready()
+        assert "burstscope_sampler_interval_seconds 2.0" in body
+        assert GAUGE not in body
+    finally:
+        agent.kill()
