@@ -69,6 +69,7 @@ from burstscope.collector.ring import Field, Ring  # noqa: E402
 from burstscope.collector.sampler import Sampler, SamplerConfig  # noqa: E402
 from burstscope.collector.sources.base import STATUS_MISSING  # noqa: E402
 from burstscope.collector.sources.netdev import NetdevSource  # noqa: E402
+from burstscope.detectors.read_cost import tick_read_windows  # noqa: E402
 
 BUILD = ROOT / "bench" / ".build"
 REALTIME_PRIORITY = 10
@@ -357,20 +358,6 @@ def run_reference(
     )
 
 
-def read_windows(
-    timestamp_ns: npt.NDArray[Any], read_ns: npt.NDArray[Any], status: npt.NDArray[Any]
-) -> npt.NDArray[np.int64]:
-    """Per tick: first read's start to last read's end, from the ring's midpoints."""
-    start = timestamp_ns - read_ns // 2
-    end = start + read_ns
-    present = status != STATUS_MISSING
-    whole = present.any(axis=1)
-    first = np.where(present, start, np.iinfo(np.int64).max).min(axis=1)
-    last = np.where(present, end, np.iinfo(np.int64).min).max(axis=1)
-    windows: npt.NDArray[np.int64] = (last - first)[whole]
-    return windows
-
-
 def run_sampler(config: Configuration, cpu: int, duration: float, clock: CpuClock) -> Measurement:
     source = NetdevSource(config.interfaces)
     sampler_config = SamplerConfig(
@@ -391,7 +378,9 @@ def run_sampler(config: Configuration, cpu: int, duration: float, clock: CpuCloc
             raise RuntimeError(f"benchmark fell behind the ring: {rows.lost_rows} rows lost")
         lateness.append(rows.lateness_ns.astype(np.int64))
         failed.append(int(np.count_nonzero(rows.status == STATUS_MISSING)))
-        windows.append(read_windows(rows.timestamp_ns, rows.read_ns, rows.status))
+        windows.append(
+            tick_read_windows(rows.timestamp_ns, rows.read_ns, rows.status != STATUS_MISSING)
+        )
 
     with Sampler(source, sampler_config) as ring:
         pid = ring.get(Field.PID)

@@ -114,6 +114,9 @@ HELP: dict[str, str] = {
     "would have followed a late tick by less than half an interval.",
     "burstscope_sampler_lateness_seconds": "Wake-up time minus deadline, per tick.",
     "burstscope_sampler_interval_seconds": "The sampling interval.",
+    "burstscope_sampler_finest_interval_seconds": "The finest interval at which the tick's "
+    "data counter reads fit with margin: 2 x the p99 tick read window of the sampler's first "
+    "2 s, rounded up to 0.1 ms; absent until judged (burstscope discover --probe judges alike).",
     "burstscope_sampler_up": "1 while the sampler process is alive.",
     "burstscope_sampler_realtime": "1 when the sampler runs under SCHED_FIFO.",
     "burstscope_restarts_total": "Times a supervised component (the sampler process, the "
@@ -360,6 +363,13 @@ class BurstscopeCollector(Collector):
             health.lateness_sum_seconds,
         )
         out.gauge("burstscope_sampler_interval_seconds", (), [], health.interval_ns / 1e9)
+        if health.finest_interval_ns > 0:
+            out.gauge(
+                "burstscope_sampler_finest_interval_seconds",
+                (),
+                [],
+                health.finest_interval_ns / 1e9,
+            )
         out.gauge("burstscope_sampler_up", (), [], 1.0 if health.sampler_alive else 0.0)
         out.gauge("burstscope_sampler_realtime", (), [], 1.0 if health.realtime else 0.0)
         # The sampler's own cost, so a fleet panel can show the whole agent per node.

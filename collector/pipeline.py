@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from burstscope.collector.intake import DRAIN_SECONDS, Intake, Taken
+from burstscope.collector.probe import ReadCost, judge_ring, verdict
 from burstscope.collector.recording import Recording
 from burstscope.collector.ring import Field, Ring
 from burstscope.collector.sampler import (
@@ -109,6 +110,8 @@ class Pipeline:
         self._lateness_sum = 0.0
         self._reads = np.zeros(len(TIMING_BUCKETS_SECONDS) + 1, dtype=np.int64)
         self._read_sum = 0.0
+        # The finest honest interval, judged once from the sampler's first seconds of reads.
+        self.read_cost: ReadCost | None = None
         # What readers see: built on demand from the state as of the latest drain (the
         # generation), immutable, kept until a drain changes the state again.
         self._generation = 0
@@ -242,9 +245,23 @@ class Pipeline:
                 seconds = taken.read_ns / 1e9
                 self._reads += cumulative_counts(seconds, TIMING_BUCKETS_SECONDS)
                 self._read_sum += float(seconds.sum())
+        if self.read_cost is None:
+            self._judge_reads()
         for spec, direction, bursts in closed:
             for listener in self.listeners:
                 listener(spec, direction, bursts)
+
+    def _judge_reads(self) -> None:
+        """Once: the finest interval the sampler's first seconds of reads leave honest
+        (collector.probe, the judgement ``discover --probe`` makes), logged and exported;
+        a warning when --interval is finer."""
+        assert self._ring is not None
+        cost = judge_ring(self._ring, self.interval_ns)
+        if cost is None:
+            return
+        self.read_cost = cost
+        sentence, too_fine = verdict(cost, self.interval_ns)
+        (_LOG.warning if too_fine else _LOG.info)("sampler reads: %s", sentence)
 
     def _feed_port(
         self,
@@ -327,6 +344,9 @@ class Pipeline:
                 heartbeat_ns=self.heartbeat_ns(),
                 restarts=self.supervisor.restarts,
                 sampler_pid=ring.get(Field.PID) if ring and self.sampler.alive else 0,
+                finest_interval_ns=(self.read_cost.finest_interval_ns or 0)
+                if self.read_cost is not None
+                else 0,
             )
             now = self._views_now_ns
         slow = self.slow.snapshot() if self.slow is not None else None
@@ -452,6 +472,7 @@ class Pipeline:
             self._swap(previous, self.source, previous.start())
             raise
         self._swap(candidate, source, ring)
+        self.read_cost = None  # a new port set: its reads are judged afresh
 
     def _swap(self, sampler: Sampler, source: CounterSource, ring: Ring) -> None:
         # Kept ports keep their detectors and the rate in force (the slow poll follows it).

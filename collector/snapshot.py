@@ -85,6 +85,9 @@ class Health:
     heartbeat_ns: int
     restarts: dict[str, int] = field(default_factory=dict)  # by component: sampler, slow_poller
     sampler_pid: int = 0  # 0 while no sampler process runs
+    # The finest honest interval judged from the sampler's first reads (collector.probe);
+    # 0 until judged.
+    finest_interval_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,6 +146,7 @@ def _families() -> dict[str, tuple[str, list[str]]]:
         0,
         restarts={"sampler": 1},
         sampler_pid=os.getpid(),
+        finest_interval_ns=interval_ns,
     )
     names = [
         "state",

@@ -27,6 +27,13 @@ from pathlib import Path
 
 import pytest
 
+from burstscope.testing.fuse_tree import (
+    FuseFiles,
+    FuseMountError,
+    fuse_unavailable,
+    link_counters,
+    served_files,
+)
 from burstscope.testing.processes import (
     DEADLINE_SECONDS,
     AgentProcess,
@@ -496,90 +503,25 @@ def test_check_config_accepts_what_starts(tmp_path: Path, sysfs_copy: Path) -> N
 
 # -- 6. FUSE: errors a plain file cannot produce ----------------------------------------------
 
-FUSE_SERVER = r"""
-import errno, stat, sys, threading, time
-import mfusepy as fuse
-
-values = {"/xmit": b"100\n", "/rcv": b"200\n"}
-errors = {}
-
-class Counters(fuse.Operations):
-    def getattr(self, path, fh=None):
-        if path == "/":
-            return {"st_mode": stat.S_IFDIR | 0o755, "st_nlink": 2}
-        if path in values or path == "/control":
-            return {"st_mode": stat.S_IFREG | 0o666, "st_nlink": 1, "st_size": 4096}
-        raise fuse.FuseOSError(errno.ENOENT)
-
-    def readdir(self, path, fh):
-        return [".", "..", "xmit", "rcv", "control"]
-
-    def open(self, path, flags):
-        return 0
-
-    def truncate(self, path, length, fh=None):
-        return 0
-
-    def read(self, path, size, offset, fh):
-        if path in errors:
-            raise fuse.FuseOSError(errors[path])
-        return values.get(path, b"")[offset:offset + size]
-
-    def write(self, path, data, offset, fh):
-        # "xmit EIO", "xmit 123", "xmit ok": what the next reads of a file return.
-        name, _, what = data.decode().strip().partition(" ")
-        key = "/" + name
-        if what == "ok":
-            errors.pop(key, None)
-        elif what.isupper():
-            errors[key] = getattr(errno, what)
-        else:
-            values[key] = (what + "\n").encode()
-        return len(data)
-
-fuse.FUSE(Counters(), sys.argv[1], foreground=True, direct_io=True, allow_other=False)
-"""
-
 
 @pytest.fixture
-def fuse_counters(tmp_path: Path, sysfs_copy: Path) -> Iterator[Path]:
-    """mlx5_0's data counters served by FUSE; write "xmit EIO" to its control file."""
+def fuse_counters(tmp_path: Path, sysfs_copy: Path) -> Iterator[FuseFiles]:
+    """mlx5_0's data counters served by FUSE; control "xmit EIO" to fail its reads."""
     require_root()
-    if not os.path.exists("/dev/fuse"):
-        integration_unavailable("no /dev/fuse")
+    reason = fuse_unavailable()
+    if reason is not None:
+        integration_unavailable(reason)
     try:
-        import mfusepy  # noqa: F401
-    except ImportError:
-        integration_unavailable("mfusepy is not installed (pip install -e '.[test]')")
-    require_binary("fusermount3")
-    mount = tmp_path / "fuse"
-    mount.mkdir()
-    server = tmp_path / "counters.py"
-    server.write_text(FUSE_SERVER)
-    process = subprocess.Popen(
-        [sys.executable, str(server), str(mount)], stderr=subprocess.PIPE, text=True
-    )
-    if not wait_until(lambda: (mount / "xmit").exists(), 20):
-        process.kill()
-        integration_unavailable(f"FUSE mount failed: {process.communicate()[1][-500:]}")
-    counters = sysfs_copy / PORT0 / "counters"
-    for name, target in (("port_xmit_data", "xmit"), ("port_rcv_data", "rcv")):
-        (counters / name).unlink()
-        (counters / name).symlink_to(mount / target)
-    yield mount
-    subprocess.run(["fusermount3", "-u", "-z", str(mount)], check=False)
-    process.kill()
-    process.wait()
-
-
-def control(mount: Path, command: str) -> None:
-    with (mount / "control").open("w") as out:
-        out.write(command)
+        with served_files(tmp_path, ("xmit", "rcv")) as files:
+            link_counters(sysfs_copy, "mlx5_0", files, "xmit", "rcv")
+            yield files
+    except FuseMountError as exc:
+        integration_unavailable(str(exc))
 
 
 @pytest.mark.parametrize("error", ["EIO", "EINVAL"])
 def test_read_errors_cost_only_their_port(
-    fuse_counters: Path, sysfs_copy: Path, agents: list, error: str
+    fuse_counters: FuseFiles, sysfs_copy: Path, agents: list, error: str
 ) -> None:
     agent = AgentProcess(
         "--sysfs-root", str(sysfs_copy), "--include", "mlx5_[01]", "--interval", "5ms"
@@ -588,7 +530,7 @@ def test_read_errors_cost_only_their_port(
     agent.wait_ready()
     transmit = 'burstscope_port_data_bytes_total{device="mlx5_0",direction="transmit",port="1"}'
     agent.wait_value(transmit, 400)
-    control(fuse_counters, f"xmit {error}")
+    fuse_counters.control(f"xmit {error}")
     agent.wait_value(
         f'burstscope_port_refused_readings_total{{counter="port_xmit_data",device="mlx5_0",'
         f'port="1",reason="{error}"}}',
@@ -597,14 +539,14 @@ def test_read_errors_cost_only_their_port(
     agent.run.wait_log(f"counters/port_xmit_data refused ({error})")
     assert agent.value('burstscope_port_failed_reads_total{device="mlx5_1",port="1"}') == 0
     assert agent.ticks_advance()
-    control(fuse_counters, "xmit ok")
-    control(fuse_counters, "xmit 300")
+    fuse_counters.control("xmit ok")
+    fuse_counters.control("xmit 300")
     agent.wait_value(transmit, 1200)
     assert agent.stop() == 0
 
 
 def test_fuse_counter_values_that_no_counter_can_hold(
-    fuse_counters: Path, sysfs_copy: Path, agents: list
+    fuse_counters: FuseFiles, sysfs_copy: Path, agents: list
 ) -> None:
     agent = AgentProcess(
         "--sysfs-root", str(sysfs_copy), "--include", "mlx5_0", "--interval", "5ms"
@@ -612,7 +554,7 @@ def test_fuse_counter_values_that_no_counter_can_hold(
     agents.append(agent)
     agent.wait_ready()
     for value, reason in (("-7", "negative"), (str(2**64), "out_of_range")):
-        control(fuse_counters, f"rcv {value}")
+        fuse_counters.control(f"rcv {value}")
         agent.wait_value(
             f'burstscope_port_refused_readings_total{{counter="port_rcv_data",device="mlx5_0",'
             f'port="1",reason="{reason}"}}',

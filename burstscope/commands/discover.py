@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
-from burstscope.arguments import LINE_RATE_HINT, add_port_selection
+from burstscope.arguments import LINE_RATE_HINT, add_port_selection, build_source_from
 from burstscope.collector.discovery import (
     Discovery,
     DiscoveryError,
@@ -18,10 +19,23 @@ from burstscope.collector.discovery import (
 )
 from burstscope.errors import UsageError
 
+if TYPE_CHECKING:
+    from burstscope.collector.probe import Probe
+    from burstscope.detectors.read_cost import Spread
+
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_port_selection(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="time each sampled port's data counter reads (a few seconds), back to back and "
+        "at --interval, and name the finest interval at which they fit a tick with margin",
+    )
+    parser.add_argument(
+        "--interval", default="1ms", help="with --probe: the sampling interval to try (1ms)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -36,8 +50,12 @@ def run_discovery(args: argparse.Namespace) -> Discovery:
 
 def run(args: argparse.Namespace) -> int:
     found = run_discovery(args)
+    probed = run_probe(args) if args.probe and found.ports else None
     if args.json:
-        print(json.dumps(found.to_json(), indent=2))
+        document = found.to_json()
+        if probed is not None:
+            document["probe"] = probed.to_json()
+        print(json.dumps(document, indent=2))
         return 0
     console = Console()
     table = Table(title=f"RDMA ports under {args.sysfs_root}")
@@ -84,4 +102,61 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {where}: {skip.reason}")
     if not found.ports:
         print(f"no sampled InfiniBand or RoCE ports under {args.sysfs_root}/class/infiniband")
+    if probed is not None:
+        print_probe(console, probed)
     return 0
+
+
+def run_probe(args: argparse.Namespace) -> Probe:
+    """The sampler's reads of every sampled port, timed (collector.probe)."""
+    # Here, not at the top: the probe runs a sampler and loads numpy; discovery alone does not.
+    from burstscope.collector.probe import probe
+    from burstscope.collector.sampler import SamplerError, parse_interval
+
+    try:
+        interval_ns = parse_interval(args.interval)
+    except ValueError as exc:
+        raise UsageError(f"--interval: {exc}") from None
+    source = build_source_from(
+        "sysfs", args.sysfs_root, args.include, args.exclude, None, ethtool=False
+    )
+    try:
+        return probe(source, interval_ns)
+    except SamplerError as exc:
+        raise UsageError(f"--probe: the sampler failed to start: {exc}") from None
+
+
+def print_probe(console: Console, probed: Probe) -> None:
+    from burstscope.collector.probe import verdict
+
+    def figures(item: Spread | None) -> list[str]:
+        if item is None:
+            return ["-", "-", "-"]
+        return [f"{value / 1e3:.1f}" for value in (item.p50_ns, item.p99_ns, item.max_ns)]
+
+    interval = f"{probed.interval_ns / 1e6:g} ms"
+    table = Table(
+        title=f"data counter read cost, us ({probed.back_to_back.ticks} ticks back to back, "
+        f"{probed.paced.ticks} at {interval}; "
+        f"{'compiled' if probed.compiled else 'Python'} tick)"
+    )
+    table.add_column("device")
+    table.add_column("port")
+    for when in ("back to back", f"at {interval}"):
+        for figure in ("p50", "p99", "max"):
+            table.add_column(f"{when} {figure}", justify="right")
+    for index, spec in enumerate(probed.ports):
+        table.add_row(
+            spec.device,
+            str(spec.port),
+            *figures(probed.back_to_back.ports[index]),
+            *figures(probed.paced.ports[index]),
+        )
+    table.add_row(
+        "whole tick",
+        "",
+        *figures(probed.back_to_back.window),
+        *figures(probed.paced.window),
+    )
+    console.print(table)
+    print(verdict(probed.paced, probed.interval_ns)[0])
