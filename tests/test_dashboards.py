@@ -393,7 +393,12 @@ def nine_port_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
     with running_agent(node.root, "--mqtt", broker) as (agent, url):
         body = scrape_when_complete(agent, url)
         deadline = time.monotonic() + 10
-        while "burstscope_mqtt_connected" not in body and time.monotonic() < deadline:
+        # The publisher reports on itself once it has tried the broker; the finest-interval
+        # gauge appears once the sampler's first 2 s of reads are judged.
+        while time.monotonic() < deadline and not all(
+            name in body
+            for name in ("burstscope_mqtt_connected", "burstscope_sampler_finest_interval_seconds")
+        ):
             time.sleep(0.05)
             body = scrape(url)
     return body
