@@ -40,17 +40,17 @@ def fit(
         needed = Measurement.get(measure, measure.options, view).maximum
         droppable = [c for c in chosen if c.priority > 0]
         if needed <= width or not droppable:
-            return view, dropped
+            return view, sorted(dropped, key=list(columns).index)
         leaving = max(droppable, key=lambda c: c.priority)
         chosen.remove(leaving)
         dropped.append(leaving)
         view = build(chosen)
 
 
-def left_out(dropped: Sequence[Prioritised]) -> str | None:
+def left_out(dropped: Sequence[Prioritised], width: int) -> str | None:
     """The footer line naming the columns a wider terminal shows; None when all fit."""
     if not dropped:
         return None
     names = ", ".join(" ".join(c.header.split()) for c in dropped)
-    return f"not shown at this width: {names} (a wider terminal shows them)"
+    return f"not shown at {width} columns: {names}"
 
