@@ -213,6 +213,7 @@ def print_fleet(fleet: Fleet, console: Console) -> None:
     for column in (
         "node",
         "clock offset",
+        "any port saturated",
         SUMMED,
         "hidden in <25% windows",
         "shared with >=1 node",
@@ -226,6 +227,7 @@ def print_fleet(fleet: Fleet, console: Console) -> None:
         table.add_row(
             escape(printable(name)),
             "-" if offset is None else f"{offset / 1000:+.1f} us",
+            _duration(sync.saturated_ms[index] / 1000),
             _duration(node_contrast.saturated_ns / NS_PER_SECOND),
             _percent(node_contrast.hidden_share),
             _percent(sync.shared_share(index)),
@@ -234,6 +236,7 @@ def print_fleet(fleet: Fleet, console: Console) -> None:
     total = fleet.total
     table.add_row(
         "[bold]fleet[/]",
+        "",
         "",
         _duration(total.saturated_ns / NS_PER_SECOND),
         _percent(total.hidden_share),
@@ -258,7 +261,8 @@ def print_fleet(fleet: Fleet, console: Console) -> None:
         else "no clock offsets recorded"
     )
     console.print(
-        "note: saturated time adds each port direction's, so it can exceed the trace's length",
+        "note: 'any port saturated' counts a millisecond once however many of the node's ports "
+        "saturate in it; the sum adds each port direction's, so it can exceed the trace's length",
         highlight=False,
     )
     console.print(f"note: {CLOCK_NOTE}; {recorded}", highlight=False)

@@ -277,3 +277,49 @@ def test_the_compact_trace_directory_reads_as_one_table(fleet: list[Path]) -> No
     assert int(received) == sum(int(s.rcv_bytes.sum(dtype=object)) for s in read_samples(path))
     column = pq.ParquetFile(next(path.glob("part-*.parquet"))).metadata.row_group(0).column(0)
     assert "DELTA_BINARY_PACKED" in column.encodings
+
+
+def test_the_fleet_table_says_its_saturated_time_is_a_sum_over_port_directions(
+    fleet: list[Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["report", *map(str, fleet)]) == 0
+    out = capsys.readouterr().out
+    assert "saturated (sum over port directions)" in out, out
+    # Node a: 170 ms saturated (40 ms a second for 4 s, and 10 ms), on 2 ports x 2
+    # directions: the sum is 680 ms, more than any millisecond count could be.
+    row = next(line for line in out.splitlines() if line.startswith("│ a "))
+    cells = [cell.strip() for cell in row.strip("│").split("│")]
+    assert cells[2:4] == ["170.0 ms", "680.0 ms"], row
+
+
+def test_the_fleet_figure_counts_nodes_in_whole_numbers_and_its_legend_covers_no_bar(
+    fleet: list[Path],
+) -> None:
+    from burstscope.plot import fleet_figure
+
+    report = analyze_paths(fleet, None, True, Thresholds(), None)
+    assert report.fleet is not None
+    figure = fleet_figure(report.fleet)
+    left, right = figure.axes
+    low, high = left.get_xlim()
+    ticks = [t for t in left.get_xticks() if low <= t <= high]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    legends = [right.get_legend(), *figure.legends]
+    boxes = [legend.get_window_extent(renderer) for legend in legends if legend is not None]
+    assert boxes
+    bars = [patch.get_window_extent(renderer) for patch in right.patches if patch.get_height()]
+    assert bars and not any(box.overlaps(bar) for box in boxes for bar in bars)
+
+
+def test_report_plot_says_where_it_wrote(fleet: list[Path], tmp_path: Path) -> None:
+    target = tmp_path / "fleet.png"
+    result = run_cli("report", *map(str, fleet), "--json", "--plot", str(target))
+    assert result.returncode == 0, result.stderr
+    json.loads(result.stdout)  # stdout stays JSON
+    assert result.stderr.splitlines() == [
+        f"burstscope report: wrote {target}",
+        f"burstscope report: wrote {tmp_path / 'fleet-fleet.png'}",
+    ], result.stderr
