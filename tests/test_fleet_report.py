@@ -323,3 +323,19 @@ def test_report_plot_says_where_it_wrote(fleet: list[Path], tmp_path: Path) -> N
         f"burstscope report: wrote {target}",
         f"burstscope report: wrote {tmp_path / 'fleet-fleet.png'}",
     ], result.stderr
+
+
+def test_the_events_table_shows_brackets_in_names_as_text() -> None:
+    from rich.console import Console
+
+    from burstscope.collector.mqtt.messages import port_topic
+    from burstscope.fleet_events import FleetView, render
+
+    view = FleetView()
+    topic = port_topic("h[1]", "mlx5_[bold]0", 1, "burst")
+    body = '{"host":"h[red]1","device":"mlx5_[bold]0","port":1,"kind":"burst","run":1,"seq":1}'
+    view.handle(topic, body.encode())
+    console = Console(width=200, record=True, color_system=None, force_terminal=False)
+    console.print(render(view, "mqtt://[::1]:1883"))
+    text = console.export_text()
+    assert "h[red]1" in text and "mlx5_[bold]0/1" in text, text
