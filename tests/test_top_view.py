@@ -244,3 +244,29 @@ def run_in_tmux(command: str, width: int, height: int = 24, cwd: Path | None = N
         subprocess.run([tmux, "kill-session", "-t", session], capture_output=True)
     lines = [line.rstrip() for line in screen.splitlines()]
     return "\n".join(lines[: lines.index(marker)]) + "\n"
+
+
+def test_top_in_a_short_tmux_terminal_counts_what_it_cannot_show() -> None:
+    """At 100x14 rich's Live used to cut 9 of the 18 rows and the footer without a word."""
+    tmux = require_binary("tmux")
+    session = f"bs-short-{time.monotonic_ns()}"
+    top = f"{sys.executable} -m burstscope top --source sim:moe"
+    subprocess.run(
+        [tmux, "new-session", "-d", "-s", session, "-x", "100", "-y", "14",
+         f"env -u COLUMNS -u LINES {top}"],
+        check=True,
+    )  # fmt: skip
+    try:
+        screen = ""
+
+        def shown() -> bool:
+            nonlocal screen
+            screen = tmux_screen(tmux, session)
+            return "more ports below" in screen and "q quits" in screen
+
+        assert wait_until(shown), screen
+    finally:
+        subprocess.run([tmux, "kill-session", "-t", session], capture_output=True)
+    ports = [line.split()[0] for line in screen.splitlines() if line.startswith(" mlx5_")]
+    assert ports and ports[::2] == ports[1::2], screen  # whole ports: both rows or neither
+    assert f"+{9 - len(ports) // 2} more ports below" in screen, screen
