@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+
 class Prioritised(Protocol):
     @property
     def header(self) -> str: ...
@@ -53,4 +54,3 @@ def left_out(dropped: Sequence[Prioritised], width: int) -> str | None:
         return None
     names = ", ".join(" ".join(c.header.split()) for c in dropped)
     return f"not shown at {width} columns: {names}"
-

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from burstscope.cli import main
 from burstscope.collector.discovery import (
     DiscoveryError,
     State,
@@ -20,7 +21,6 @@ from burstscope.collector.discovery import (
     parse_state,
     unreadable_reason,
 )
-from burstscope.cli import main
 from burstscope.testing.emulated_node import EmulatedNode
 from tests.conftest import FIXTURES, SYSFS, compare_golden
 from tests.test_top_view import run_in_tmux
