@@ -81,4 +81,5 @@ def print_ports(found: Discovery, root: object, console: Console) -> None:
     if footer:
         console.print(footer, highlight=False)
     for note in notes:
-        console.print(note, highlight=False)
+        # One line per note however long, for grep; a terminal folds it where it must.
+        console.print(note, highlight=False, soft_wrap=True)
