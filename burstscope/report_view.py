@@ -203,28 +203,24 @@ def fleet_json(fleet: Fleet) -> dict[str, Any]:
 
 
 # A node's saturated time adds its port directions' (8 ports: up to 16 x the trace's length).
-SUMMED = "saturated (sum over port directions)"
+SUMMED = "saturated summed\nover port directions"
 
 
 def print_fleet(fleet: Fleet, console: Console) -> None:
     """Per node: saturated time, how much a 15 s scrape hides, how much is shared."""
     sync = fleet.synchrony
-    table = Table(title="fleet: saturated milliseconds, what 15-second windows hide, who shares")
-    for column in (
-        "node",
-        "clock offset",
-        "any port saturated",
-        SUMMED,
-        "hidden in <25% windows",
-        "shared with >=1 node",
-        "shared with all others",
-    ):
-        table.add_column(column, justify="left" if column == "node" else "right")
+    columns = [
+        _Column("node", 0),
+        _Column("clock\noffset", 4),
+        _Column("saturated\nany port", 0),
+        _Column(SUMMED, 1),
+        _Column("hidden in\n<25% windows", 0),
+        _Column("shared with\n>=1 node", 2),
+        _Column("shared with\nall others", 3),
+    ]
     everyone = len(fleet.nodes) - 1
-    for index, (name, offset, node_contrast) in enumerate(
-        zip(fleet.nodes, fleet.clock_offsets_ns, fleet.contrast, strict=True)
-    ):
-        table.add_row(
+    cells = [
+        (
             escape(printable(name)),
             "-" if offset is None else f"{offset / 1000:+.1f} us",
             _duration(sync.saturated_ms[index] / 1000),
@@ -233,17 +229,41 @@ def print_fleet(fleet: Fleet, console: Console) -> None:
             _percent(sync.shared_share(index)),
             _percent(sync.shared_share(index, everyone)),
         )
+        for index, (name, offset, node_contrast) in enumerate(
+            zip(fleet.nodes, fleet.clock_offsets_ns, fleet.contrast, strict=True)
+        )
+    ]
     total = fleet.total
-    table.add_row(
-        "[bold]fleet[/]",
-        "",
-        "",
-        _duration(total.saturated_ns / NS_PER_SECOND),
-        _percent(total.hidden_share),
-        "",
-        "",
+    cells.append(
+        (
+            "[bold]fleet[/]",
+            "",
+            "",
+            _duration(total.saturated_ns / NS_PER_SECOND),
+            _percent(total.hidden_share),
+            "",
+            "",
+        )
     )
+
+    def build(chosen: list[_Column]) -> Table:
+        table = Table(
+            title="fleet: saturated milliseconds, what 15-second windows hide, who shares"
+        )
+        for column in chosen:
+            # No cell is cut: a node's name or a figure cut short misleads.
+            table.add_column(
+                column.header, justify="left" if column.header == "node" else "right", no_wrap=True
+            )
+        for row in cells:
+            table.add_row(*(row[columns.index(c)] for c in chosen))
+        return table
+
+    table, dropped = fit(columns, build, console.width)
     console.print(table)
+    footer = left_out(dropped, console.width)
+    if footer:
+        console.print(footer, highlight=False)
     busiest = ", ".join(
         f"{k} nodes {ms} ms" for k, ms in enumerate(sync.concurrent_ms) if k >= 1 and ms
     )
@@ -261,8 +281,9 @@ def print_fleet(fleet: Fleet, console: Console) -> None:
         else "no clock offsets recorded"
     )
     console.print(
-        "note: 'any port saturated' counts a millisecond once however many of the node's ports "
-        "saturate in it; the sum adds each port direction's, so it can exceed the trace's length",
+        "note: 'saturated any port' counts a millisecond once however many of the node's "
+        "ports saturate in it; the sum adds each port direction's, so it can exceed the "
+        "trace's length",
         highlight=False,
     )
     console.print(f"note: {CLOCK_NOTE}; {recorded}", highlight=False)

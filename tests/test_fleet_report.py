@@ -285,7 +285,9 @@ def test_the_fleet_table_says_its_saturated_time_is_a_sum_over_port_directions(
     monkeypatch.setenv("COLUMNS", "250")
     assert main(["report", *map(str, fleet)]) == 0
     out = capsys.readouterr().out
-    assert "saturated (sum over port directions)" in out, out
+    fleet_part = out[out.index("fleet: saturated milliseconds") :]
+    header = [line for line in fleet_part.splitlines() if line.startswith("┃")]
+    assert "saturated summed" in header[0] and "over port directions" in header[1], out
     # Node a: 170 ms saturated (40 ms a second for 4 s, and 10 ms), on 2 ports x 2
     # directions: the sum is 680 ms, more than any millisecond count could be.
     row = next(line for line in out.splitlines() if line.startswith("│ a "))
@@ -339,3 +341,20 @@ def test_the_events_table_shows_brackets_in_names_as_text() -> None:
     console.print(render(view, "mqtt://[::1]:1883"))
     text = console.export_text()
     assert "h[red]1" in text and "mlx5_[bold]0/1" in text, text
+
+
+def test_the_fleet_table_never_cuts_a_node_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = []
+    for host in ("node-[gpu]-0001.cluster.example", "b"):
+        path = tmp_path / host.split(".")[0]
+        path.mkdir()
+        write_node(path, host, sorted(FLEET["a"]))
+        paths.append(path)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["report", *map(str, paths)]) == 0
+    out = capsys.readouterr().out
+    assert "│ node-[gpu]-0001.cluster.example │" in out, out
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80, out
+    assert "not shown at 80 columns: clock offset" in out, out
