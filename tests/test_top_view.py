@@ -216,14 +216,16 @@ def test_brackets_in_names_are_text_not_markup() -> None:
 def run_in_tmux(command: str, width: int, height: int = 24, cwd: Path | None = None) -> str:
     """What ``command`` prints in a real tmux terminal of that size (started in ``cwd``),
     scrollback included, its lines stripped of trailing blanks (tmux pads the pane)."""
-    tmux = require_binary("tmux")
+    # A server of its own (-L): another tmux user's options or sessions cannot reach it.
+    tmux_bin = require_binary("tmux")
     session = f"bs-{width}x{height}-{time.monotonic_ns()}"
+    server = [tmux_bin, "-L", session]
     marker = "__burstscope_command_done__"
     # pytest exports COLUMNS; the command must size itself from the terminal. The pane
     # stays open after the command so that its output can be read.
     script = f"env -u COLUMNS -u LINES {command}; echo {marker}; exec sleep 600"
     subprocess.run(
-        [tmux, "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height),
+        [*server, "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height),
          "-c", str(cwd or Path.cwd()), script],
         check=True,
     )  # fmt: skip
@@ -233,7 +235,7 @@ def run_in_tmux(command: str, width: int, height: int = 24, cwd: Path | None = N
         def finished() -> bool:
             nonlocal screen
             screen = subprocess.run(
-                [tmux, "capture-pane", "-p", "-S", "-", "-E", "-", "-t", session],
+                [*server, "capture-pane", "-p", "-S", "-", "-E", "-", "-t", session],
                 capture_output=True,
                 text=True,
             ).stdout
@@ -241,7 +243,7 @@ def run_in_tmux(command: str, width: int, height: int = 24, cwd: Path | None = N
 
         assert wait_until(finished), screen
     finally:
-        subprocess.run([tmux, "kill-session", "-t", session], capture_output=True)
+        subprocess.run([*server, "kill-server"], capture_output=True)
     lines = [line.rstrip() for line in screen.splitlines()]
     return "\n".join(lines[: lines.index(marker)]) + "\n"
 
