@@ -172,13 +172,19 @@ def render(view: FleetView, endpoint: str) -> Any:
     for row in view.rows:
         stamp = row.get("end_ns", row.get("time_ns"))
         clock = time.strftime("%H:%M:%S", time.localtime(stamp / 1e9)) if stamp else ""
+        # Every cell comes from a payload: Text, so brackets in a name are not rich markup.
         table.add_row(
-            clock,
-            str(row.get("host", "")),
-            f"{row.get('device', '')}/{row.get('port', '')}",
-            str(row.get("kind", "")),
-            _describe(row),
-            str(row.get("seq", "")),
+            *(
+                Text(cell)
+                for cell in (
+                    clock,
+                    str(row.get("host", "")),
+                    f"{row.get('device', '')}/{row.get('port', '')}",
+                    str(row.get("kind", "")),
+                    _describe(row),
+                    str(row.get("seq", "")),
+                )
+            )
         )
     return Group(header, table)
 

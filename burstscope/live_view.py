@@ -82,7 +82,9 @@ def watch(
     refresh_ns = 1_000_000_000 // REFRESH_PER_SECOND
 
     def view() -> Table:
-        return table(snapshot(), title, width=console.width, now_window_ns=refresh_ns)
+        return table(
+            snapshot(), title, console.width, now_window_ns=refresh_ns, height=console.height
+        )
 
     with (
         keypresses(sys.stdin) as key,

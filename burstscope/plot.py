@@ -265,15 +265,27 @@ def fleet_plot_path(path: Path) -> Path:
 
 def write_fleet_plot(fleet: Fleet, path: Path) -> None:
     """Milliseconds by nodes saturated at once, and per node what a scrape hides and shares."""
+    import matplotlib.pyplot as plt
+
+    figure = fleet_figure(fleet)
+    figure.savefig(path, dpi=DPI)
+    plt.close(figure)
+
+
+def fleet_figure(fleet: Fleet) -> Any:
+    """The fleet's figure (a matplotlib Figure), for write_fleet_plot to save."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     sync = fleet.synchrony
     figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), layout="constrained")
     counts = list(range(1, len(sync.concurrent_ms)))
     left.bar(counts, [sync.concurrent_ms[k] / 1000 for k in counts], color=FINE)
+    # A count of nodes: 1, 2, 3, never 1.5.
+    left.xaxis.set_major_locator(MaxNLocator(integer=True))
     left.set_xlabel("nodes saturated in the same millisecond")
     left.set_ylabel("seconds")
     left.set_title("how many nodes saturate at once (what the spine sees)", loc="left")
@@ -285,10 +297,10 @@ def write_fleet_plot(fleet: Fleet, path: Path) -> None:
     right.set_xticks(x, fleet.nodes, rotation=90, fontsize=7)
     right.set_ylim(0, 105)
     right.set_ylabel("% of the node's saturated time")
-    right.legend(fontsize=8, loc="lower right")
+    # Beside the panel, not on it: bars reach 100% and "lower right" covered them.
+    right.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     right.set_title("per node", loc="left")
     figure.suptitle(
         "burstscope fleet: assumes node clocks agree to well under 1 ms (PTP)", fontsize=11
     )
-    figure.savefig(path, dpi=DPI)
-    plt.close(figure)
+    return figure

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
@@ -13,8 +14,9 @@ from burstscope.detectors.analyzer import Summary
 from burstscope.detectors.config import NS_PER_SECOND, Thresholds
 from burstscope.detectors.congestion import CongestionShare
 from burstscope.detectors.contrast import contrast
+from burstscope.fitting import fit, left_out
 from burstscope.report_model import DirectionReport, Fleet, NodeContrast, PortReport, Report
-from burstscope.wording import scale_label, verdict
+from burstscope.wording import partial_window, scale_label, verdict
 
 DIGITS = 6  # JSON rounding: stable goldens, far below what a counter can resolve
 
@@ -200,48 +202,76 @@ def fleet_json(fleet: Fleet) -> dict[str, Any]:
     }
 
 
+# A node's saturated time adds its port directions' (8 ports: up to 16 x the trace's length).
+SUMMED = "saturated summed\nover port directions"
+
+
 def print_fleet(fleet: Fleet, console: Console) -> None:
     """Per node: saturated time, how much a 15 s scrape hides, how much is shared."""
     sync = fleet.synchrony
-    table = Table(title="fleet: saturated milliseconds, what 15-second windows hide, who shares")
-    for column in (
-        "node",
-        "clock offset",
-        "saturated",
-        "hidden in <25% windows",
-        "shared with >=1 node",
-        "shared with all others",
-    ):
-        table.add_column(column, justify="left" if column == "node" else "right")
+    columns = [
+        _Column("node", 0),
+        _Column("clock\noffset", 4),
+        _Column("saturated\nany port", 0),
+        _Column(SUMMED, 1),
+        _Column("hidden in\n<25% windows", 0),
+        _Column("shared with\n>=1 node", 2),
+        _Column("shared with\nall others", 3),
+    ]
     everyone = len(fleet.nodes) - 1
-    for index, (name, offset, node_contrast) in enumerate(
-        zip(fleet.nodes, fleet.clock_offsets_ns, fleet.contrast, strict=True)
-    ):
-        table.add_row(
-            name,
+    cells = [
+        (
+            escape(printable(name)),
             "-" if offset is None else f"{offset / 1000:+.1f} us",
+            _duration(sync.saturated_ms[index] / 1000),
             _duration(node_contrast.saturated_ns / NS_PER_SECOND),
             _percent(node_contrast.hidden_share),
             _percent(sync.shared_share(index)),
             _percent(sync.shared_share(index, everyone)),
         )
+        for index, (name, offset, node_contrast) in enumerate(
+            zip(fleet.nodes, fleet.clock_offsets_ns, fleet.contrast, strict=True)
+        )
+    ]
     total = fleet.total
-    table.add_row(
-        "[bold]fleet[/]",
-        "",
-        _duration(total.saturated_ns / NS_PER_SECOND),
-        _percent(total.hidden_share),
-        "",
-        "",
+    cells.append(
+        (
+            "[bold]fleet[/]",
+            "",
+            "",
+            _duration(total.saturated_ns / NS_PER_SECOND),
+            _percent(total.hidden_share),
+            "",
+            "",
+        )
     )
+
+    def build(chosen: list[_Column]) -> Table:
+        table = Table(
+            title="fleet: saturated milliseconds, what 15-second windows hide, who shares"
+        )
+        for column in chosen:
+            # No cell is cut: a node's name or a figure cut short misleads.
+            table.add_column(
+                column.header, justify="left" if column.header == "node" else "right", no_wrap=True
+            )
+        for row in cells:
+            table.add_row(*(row[columns.index(c)] for c in chosen))
+        return table
+
+    table, dropped = fit(columns, build, console.width)
     console.print(table)
+    footer = left_out(dropped, console.width)
+    if footer:
+        console.print(footer, highlight=False)
     busiest = ", ".join(
         f"{k} nodes {ms} ms" for k, ms in enumerate(sync.concurrent_ms) if k >= 1 and ms
     )
     console.print(f"milliseconds by nodes saturated at once: {busiest or 'none'}", highlight=False)
     for a, b, together in sync.pairs[:5]:
         console.print(
-            f"together most: {fleet.nodes[a]} + {fleet.nodes[b]}: {together} ms",
+            f"together most: {escape(printable(fleet.nodes[a]))} + "
+            f"{escape(printable(fleet.nodes[b]))}: {together} ms",
             highlight=False,
         )
     offsets = [o for o in fleet.clock_offsets_ns if o is not None]
@@ -249,6 +279,12 @@ def print_fleet(fleet: Fleet, console: Console) -> None:
         f"largest recorded clock offset {max(abs(o) for o in offsets) / 1000:.1f} us"
         if offsets
         else "no clock offsets recorded"
+    )
+    console.print(
+        "note: 'saturated any port' counts a millisecond once however many of the node's "
+        "ports saturate in it; the sum adds each port direction's, so it can exceed the "
+        "trace's length",
+        highlight=False,
     )
     console.print(f"note: {CLOCK_NOTE}; {recorded}", highlight=False)
 
@@ -292,32 +328,40 @@ def congestion_line(shares: tuple[tuple[str, CongestionShare], ...]) -> str | No
     return "congestion in saturated seconds: " + ", ".join(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class _Column:
+    header: str
+    priority: int  # narrow terminals drop the highest first; 0 is never dropped
+
+    @property
+    def justify(self) -> str:
+        return "left" if self.header in ("port", "dir") else "right"
+
+
 def print_table(report: Report, console: Console | None = None) -> None:
+    """The report at the console's width: the real terminal's, or 80 columns when piped
+    (rich's default; COLUMNS overrides it). Whole columns leave, a port is never cut."""
     if console is None:
         console = Console()
-        if not console.is_terminal:
-            # Piped or redirected: rich would assume 80 columns and fold every number.
-            console = Console(width=132)
     if not report.ports:
         console.print("no ports in the input")
         return
     first = report.ports[0].directions[0].summary
     coarse = scale_label(first.thresholds.coarse_window_ns)
     fine = scale_label(first.finest_interval_ns)
-    table = Table(title="burstscope report: millisecond bursts beside the 15-second average")
-    for column in (
-        "port",
-        "dir",
-        f"{coarse} mean",
-        f"{fine} p99",
-        f"{fine} max",
-        "saturated",
-        "hidden sat.",
-        "bursts",
-        "burst p50",
-        "burst p99",
-    ):
-        table.add_column(column, justify="left" if column in ("port", "dir") else "right")
+    columns = [
+        _Column("port", 0),
+        _Column("dir", 0),
+        _Column(f"{coarse} mean", 0),
+        _Column(f"{fine} p99", 2),
+        _Column(f"{fine} max", 0),
+        _Column("saturated", 1),
+        _Column("hidden sat.", 0),
+        _Column("bursts", 3),
+        _Column("burst p50", 4),
+        _Column("burst p99", 5),
+    ]
+    cells: list[dict[str, str]] = []
     verdicts = []
     for port in report.ports:
         for direction in port.directions:
@@ -325,7 +369,7 @@ def print_table(report: Report, console: Console | None = None) -> None:
             seen = contrast(summary)
             stats = summary.bursts
             hidden = seen.hidden_saturated_seconds
-            table.add_row(
+            values = (
                 _label(port),
                 "tx" if direction.direction == "transmit" else "rx",
                 _percent(summary.mean_utilization),
@@ -337,23 +381,50 @@ def print_table(report: Report, console: Console | None = None) -> None:
                 _duration(stats.duration_seconds(0.5)),
                 _duration(stats.duration_seconds(0.99)),
             )
+            cells.append({c.header: v for c, v in zip(columns, values, strict=True)})
             tag = "tx" if direction.direction == "transmit" else "rx"
-            verdicts.append(f"{_label(port)} {tag}: {verdict(summary)}")
+            verdicts.append(f"{_label(port)} {tag}: {escape(verdict(summary))}")
             line = congestion_line(direction.congestion)
             if line:
-                verdicts.append(f"{_label(port)} {tag}: {line}")
+                verdicts.append(f"{_label(port)} {tag}: {escape(line)}")
             verdicts += [
-                f"[yellow]{_label(port)} {tag}: warning: {w}[/]"
+                f"[yellow]{_label(port)} {tag}: warning: {escape(printable(w))}[/]"
                 for w in list(port.warnings) + direction_warnings(summary)
             ]
+    longest = max(len(printable(port.label)) for port in report.ports)
+
+    def build(chosen: list[_Column]) -> Table:
+        table = Table(title="burstscope report: millisecond bursts beside the 15-second average")
+        for column in chosen:
+            table.add_column(
+                column.header,
+                justify=column.justify,  # type: ignore[arg-type]
+                no_wrap=True,
+                # The port names the row: never cut, whatever the width.
+                min_width=longest if column.header == "port" else None,
+            )
+        for row in cells:
+            table.add_row(*(row[c.header] for c in chosen))
+        return table
+
+    table, dropped = fit(columns, build, console.width)
     console.print(table)
+    footer = left_out(dropped, console.width)
+    if footer:
+        console.print(footer, highlight=False)
     for line in verdicts:
         console.print(line, highlight=False)
+    shortest = min(
+        (d.summary for p in report.ports for d in p.directions), key=lambda s: s.duration_seconds
+    )
+    partial = partial_window(shortest)
+    if partial:
+        console.print(partial, highlight=False)
     for source, direction_name, matrix in report.synchrony:
         node = matrix.node
         text = "-" if node is None else f"{node:.2f}"
         console.print(
-            f"rail synchrony ({direction_name}, {source}): {text} "
+            f"rail synchrony ({direction_name}, {escape(printable(source))}): {text} "
             "(mean share of one port's burst time that another port also bursts)",
             highlight=False,
         )

@@ -2,8 +2,10 @@
 
 Rendering only: the figures come from the pipeline's snapshot (detectors computed them),
 and this module turns them into a rich table that fits the terminal, or into plain lines
-when stdout is not a terminal. Rows are sorted by hidden saturation, then by the 15 s
-peak: what an operator most needs to see is what the 15 s dashboards cannot show. Every
+when stdout is not a terminal. Ports are sorted by hidden saturation, then by the 15 s
+peak: what an operator most needs to see is what the 15 s dashboards cannot show. A port's
+transmit and receive rows stay together; ports that do not fit the terminal's height are
+counted ("+N more ports") and the footer stays. Every
 column header names its window: "15 s" (trailing), "run" (since the view started), or the
 display interval for "now".
 """
@@ -15,19 +17,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.console import Console
-from rich.measure import Measurement
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from burstscope.collector.snapshot import Snapshot
 from burstscope.detectors.config import DIRECTIONS
-from burstscope.detectors.congestion import CNPS, ECN_MARKED
+from burstscope.detectors.congestion import CNPS, ECN_MARKED, congestion_direction
+from burstscope.fitting import fit
 
 WINDOW_NS = 15_000_000_000
 SPARK_SECONDS = 30
 _SPARKS = " ▁▂▃▄▅▆▇█"
 # Packets, so they add up: ECN marks received, CNPs sent and handled (port_xmit_wait
-# counts ticks, a different unit, and is on the dashboards instead).
+# counts ticks, a different unit, and is on the dashboards instead). Each shows on the
+# direction it answers to (detectors.congestion.congestion_direction): a receiver's
+# notification point counts the ECN-marked packets it received (np_ecn_marked_roce_packets)
+# and the CNPs it sent back (np_cnp_sent), so those are the receive row's; a sender's
+# reaction point counts the CNPs it handled by slowing down (rp_cnp_handled), the transmit
+# row's. Names: drivers/infiniband/hw/mlx5/counters.c (np_*, rp_* congestion counters);
+# roles (r_roce_ecn_np notification point, r_roce_ecn_rp reaction point):
+# https://docs.nvidia.com/networking/display/MLNXOFEDv23100540/Explicit+Congestion+Notification+(ECN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,33 +55,35 @@ class Row:
     hidden_saturated_seconds: float
     bursts_per_second: float
     history: list[float]
-    ecn_marked: int | None  # since the agent started
-    cnp: int | None
+    ecn_marked: int | None  # since the agent started; receive rows only
+    cnp: int | None  # receive: CNPs sent (np_cnp_sent); transmit: handled (rp_cnp_handled)
     seen_ns: int  # how much of the 15 s window has samples
     stuck: tuple[str, ...] = ()  # PortCounters of the port at all-ones: no longer counting
 
 
 def rows(snapshot: Snapshot, now_window_ns: int) -> list[Row]:
     now = snapshot.now_ns
-    ecn: dict[tuple[str, int], int] = {}
-    cnp: dict[tuple[str, int], int] = {}
+    ecn: dict[tuple[str, int, str], int] = {}
+    cnp: dict[tuple[str, int, str], int] = {}
     stuck = stuck_counters(snapshot)
     if snapshot.slow is not None:
         for state in snapshot.slow.counters.values():
-            if state.increment is None:
+            side = congestion_direction(state.name)
+            if state.increment is None or side is None:
                 continue
-            key = (state.device, state.port)
+            key = (state.device, state.port, side)
             if state.name == ECN_MARKED:
                 ecn[key] = ecn.get(key, 0) + state.increment
             elif state.name in CNPS:
                 cnp[key] = cnp.get(key, 0) + state.increment
-    out = []
+    groups: list[list[Row]] = []
     for port in snapshot.ports:
-        key = (port.spec.device, port.spec.port)
+        pair: list[Row] = []
         for direction in DIRECTIONS:
+            key = (port.spec.device, port.spec.port, direction)
             view = port.directions[direction]
             live = view.live
-            out.append(
+            pair.append(
                 Row(
                     port=f"{port.spec.device}/{port.spec.port}",
                     direction=direction,
@@ -87,11 +99,21 @@ def rows(snapshot: Snapshot, now_window_ns: int) -> list[Row]:
                     ecn_marked=ecn.get(key),
                     cnp=cnp.get(key),
                     seen_ns=live.seen_ns(WINDOW_NS, now),
-                    stuck=tuple(stuck.get(key, ())),
+                    stuck=tuple(stuck.get(key[:2], ())),
                 )
             )
-    out.sort(key=lambda r: (-r.hidden_saturated_seconds, -(r.peak or 0.0), r.port, r.direction))
-    return out
+        groups.append(pair)
+
+    def urgency(pair: list[Row]) -> tuple[float, float, str]:
+        # A port sorts by its more urgent direction and keeps both rows together.
+        return (
+            -max(r.hidden_saturated_seconds for r in pair),
+            -max(r.peak or 0.0 for r in pair),
+            pair[0].port,
+        )
+
+    groups.sort(key=urgency)
+    return [row for pair in groups for row in pair]
 
 
 def stuck_counters(snapshot: Snapshot) -> dict[tuple[str, int], list[str]]:
@@ -156,7 +178,7 @@ def _columns(now_label: str) -> tuple[Column, ...]:
         return Text(percent(value), _style(value))
 
     return (
-        Column("port\n", "left", 0, 8, lambda r: r.port),
+        Column("port\n", "left", 0, 8, lambda r: Text(r.port)),
         Column("dir\n", "left", 0, 3, lambda r: "tx" if r.direction == "transmit" else "rx"),
         Column("avg\n15 s", "right", 0, 4, lambda r: styled(r.average)),
         Column("1-ms peak\n15 s", "right", 0, 9, lambda r: styled(r.peak)),
@@ -206,8 +228,10 @@ def table(
     title: str = "burstscope top",
     width: int | None = None,
     now_window_ns: int = 250_000_000,
+    height: int | None = None,
 ) -> Table:
-    """The view, with the columns that fit in ``width`` (None: all of them)."""
+    """The view, with the columns that fit in ``width`` and the ports that fit in ``height``
+    (None: all of them). Ports that do not fit are counted in the footer, which stays."""
     health = snapshot.health
     found = rows(snapshot, now_window_ns)
     columns = list(_columns(_interval_label(now_window_ns)))
@@ -224,10 +248,15 @@ def table(
     for (device, port), names in sorted(stuck_counters(snapshot).items()):
         notes.append(f"{device}/{port} stuck at all-ones: {', '.join(names)}")
     notes.append("q quits")
+    ports = [found[i : i + len(DIRECTIONS)] for i in range(0, len(found), len(DIRECTIONS))]
 
-    def build(chosen: list[Column]) -> Table:
+    def build(chosen: list[Column], shown: int = len(ports), dropped: int = 0) -> Table:
+        head = [] if shown == len(ports) else [f"+{len(ports) - shown} more ports below"]
+        tail = [f"{dropped} more column{'s' if dropped > 1 else ''} wider"] if dropped else []
+        # Names come from the machine: markup in them is text, not style.
+        caption = " · ".join(escape(note) for note in head + notes[:-1] + tail + notes[-1:])
         # No outer border: 18 rows, two header lines and the caption fit 24 terminal lines.
-        view = Table(title=title, caption=" · ".join(notes), expand=False, show_edge=False)
+        view = Table(title=title, caption=caption, expand=False, show_edge=False)
         for column in chosen:
             view.add_column(
                 column.header,
@@ -235,21 +264,31 @@ def table(
                 no_wrap=True,
                 min_width=column.width,
             )
-        for row in found:
-            view.add_row(*(column.cell(row) for column in chosen))
+        for pair in ports[:shown]:
+            for row in pair:
+                view.add_row(*(column.cell(row) for column in chosen))
         return view
 
-    view = build(columns)
-    if width is None:
+    view, left = fit(columns, build, width)
+    chosen = [c for c in columns if c not in left]
+    view = build(chosen, dropped=len(left))
+    if height is None:
         return view
-    measure = Console(width=10_000)
-    while True:
-        needed = Measurement.get(measure, measure.options, view).maximum
-        droppable = [c for c in columns if c.priority > 0]
-        if needed <= width or not droppable:
-            return view
-        columns.remove(max(droppable, key=lambda c: c.priority))
-        view = build(columns)
+    screen = Console(width=width or 10_000, color_system=None, force_terminal=False)
+    shown = len(ports)
+
+    def lines(view: Table) -> int:
+        return len(screen.render_lines(view, screen.options, pad=False))
+
+    excess = lines(view) - height
+    if excess > 0:
+        # A port is its two rows; the "+N more" note may take a caption line of its own.
+        shown = max(0, shown - -(-(excess + 1) // len(DIRECTIONS)))
+        view = build(chosen, shown, len(left))
+        while shown > 0 and lines(view) > height:
+            shown -= 1
+            view = build(chosen, shown, len(left))
+    return view
 
 
 def plain_lines(snapshot: Snapshot, every_ns: int) -> list[str]:

@@ -34,6 +34,23 @@ def _seconds(ns: int) -> str:
     return f"{seconds * 1000:.0f} ms"
 
 
+def is_partial(summary: Summary) -> bool:
+    """Whether the trace is shorter than one coarse window: its "15-s" figures cover less."""
+    return summary.duration_seconds * NS_PER_SECOND < summary.thresholds.coarse_window_ns
+
+
+def partial_window(summary: Summary) -> str | None:
+    """The line a report prints when its shortest trace does not fill one coarse window."""
+    if not is_partial(summary):
+        return None
+    coarse = scale_label(summary.thresholds.coarse_window_ns)
+    span = _seconds(round(summary.duration_seconds * NS_PER_SECOND))
+    return (
+        f"partial window: the trace covers {span}, less than one {coarse} window, so its "
+        f"{coarse} figures are over those {span}"
+    )
+
+
 def verdict(summary: Summary) -> str:
     """One line: e.g. "15-s average 12%, 1-ms peak 100%: 3.1 s saturated inside windows that
     look under 25%"; plain wording for a quiet port and for one saturated throughout."""
@@ -44,7 +61,14 @@ def verdict(summary: Summary) -> str:
     coarse = scale_label(t.coarse_window_ns)
     fine = scale_label(summary.finest_interval_ns)
     peak = summary.finest.maximum or 0.0
-    head = f"{coarse} average {_percent(summary.mean_utilization)}, {fine} peak {_percent(peak)}"
+    average = _percent(summary.mean_utilization)
+    if is_partial(summary):
+        # A scrape would not have seen a whole window yet: say what the average covers.
+        span = _seconds(round(summary.duration_seconds * NS_PER_SECOND))
+        head = f"average {average} over {span} (a partial {coarse} window)"
+    else:
+        head = f"{coarse} average {average}"
+    head += f", {fine} peak {_percent(peak)}"
     saturated = _seconds(summary.saturated_ns)
     bursts = summary.bursts.count
     tail = {

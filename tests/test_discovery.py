@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from burstscope.cli import main
 from burstscope.collector.discovery import (
     DiscoveryError,
     State,
@@ -17,7 +21,9 @@ from burstscope.collector.discovery import (
     parse_state,
     unreadable_reason,
 )
+from burstscope.testing.emulated_node import EmulatedNode
 from tests.conftest import FIXTURES, SYSFS, compare_golden
+from tests.test_top_view import run_in_tmux
 
 GOLDEN = FIXTURES / "discovery.golden.json"
 
@@ -124,3 +130,59 @@ def test_unreadable_reasons(tmp_path: Path) -> None:
     assert unreadable_reason(tmp_path / "absent") == "ENOENT (No such file or directory)"
     assert unreadable_reason(tmp_path / "text") == "reads 'garbage', not an integer"
     assert unreadable_reason(tmp_path / "good") is None
+
+
+# The text view: the table fits the terminal it is in; names from the tree are text.
+
+BURSTSCOPE = f"{sys.executable} -m burstscope"
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_discover_in_tmux_fits_and_matches_golden(width: int, update_golden: bool) -> None:
+    # From the repository, so the title names the tree the same in every checkout.
+    repo = SYSFS.parents[2]
+    screen = run_in_tmux(f"{BURSTSCOPE} discover --sysfs-root tests/fixtures/sys", width, cwd=repo)
+    lines = screen.splitlines()
+    assert max(len(line) for line in lines) <= width, screen
+    assert "…" not in screen
+    table = [line for line in lines if line.startswith("│")]
+    # One line per port: no row wraps onto a second line.
+    assert [line.split()[1] for line in table] == ["irdma0", "mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
+    compare_golden(FIXTURES / "discover" / f"tmux-{width}.golden.txt", screen, update_golden)
+
+
+def test_discover_of_eight_ports_at_80_columns_is_one_line_each(tmp_path: Path) -> None:
+    devices = [f"mlx5_{n}" for n in range(8)]
+    EmulatedNode(tmp_path, devices).build()
+    screen = run_in_tmux(f"{BURSTSCOPE} discover --sysfs-root {tmp_path}", 80)
+    lines = screen.splitlines()
+    assert max(len(line) for line in lines) <= 80, screen
+    assert [line.split()[1] for line in lines if line.startswith("│")] == devices, screen
+    assert len(lines) <= len(devices) + 8, screen  # title, header, rules, footer
+
+
+def test_piped_discover_is_80_columns(tmp_path: Path) -> None:
+    EmulatedNode(tmp_path, [f"mlx5_{n}" for n in range(8)]).build()
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    result = subprocess.run(
+        [sys.executable, "-m", "burstscope", "discover", "--sysfs-root", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "not shown at 80 columns" in result.stdout
+
+
+def test_brackets_in_names_and_hints_are_text_not_markup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "sys[x]"
+    EmulatedNode(root, ["mlx5_[bold]0"]).build()
+    (root / "class/infiniband/mlx5_[bold]0/ports/1/rate").write_text("fast\n")
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["discover", "--sysfs-root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "mlx5_[bold]0" in out and "sys[x]" in out, out
+    # rich read "[source.line_rates]" as a style tag and printed "set its data rate with
+    # DEVICE = GBITS".
+    assert "[source.line_rates] DEVICE = GBITS" in out, out

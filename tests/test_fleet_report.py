@@ -277,3 +277,84 @@ def test_the_compact_trace_directory_reads_as_one_table(fleet: list[Path]) -> No
     assert int(received) == sum(int(s.rcv_bytes.sum(dtype=object)) for s in read_samples(path))
     column = pq.ParquetFile(next(path.glob("part-*.parquet"))).metadata.row_group(0).column(0)
     assert "DELTA_BINARY_PACKED" in column.encodings
+
+
+def test_the_fleet_table_says_its_saturated_time_is_a_sum_over_port_directions(
+    fleet: list[Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["report", *map(str, fleet)]) == 0
+    out = capsys.readouterr().out
+    fleet_part = out[out.index("fleet: saturated milliseconds") :]
+    header = [line for line in fleet_part.splitlines() if line.startswith("┃")]
+    assert "saturated summed" in header[0] and "over port directions" in header[1], out
+    # Node a: 170 ms saturated (40 ms a second for 4 s, and 10 ms), on 2 ports x 2
+    # directions: the sum is 680 ms, more than any millisecond count could be.
+    row = next(line for line in out.splitlines() if line.startswith("│ a "))
+    cells = [cell.strip() for cell in row.strip("│").split("│")]
+    assert cells[2:4] == ["170.0 ms", "680.0 ms"], row
+
+
+def test_the_fleet_figure_counts_nodes_in_whole_numbers_and_its_legend_covers_no_bar(
+    fleet: list[Path],
+) -> None:
+    from burstscope.plot import fleet_figure
+
+    report = analyze_paths(fleet, None, True, Thresholds(), None)
+    assert report.fleet is not None
+    figure = fleet_figure(report.fleet)
+    left, right = figure.axes
+    low, high = left.get_xlim()
+    ticks = [t for t in left.get_xticks() if low <= t <= high]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    legends = [right.get_legend(), *figure.legends]
+    boxes = [legend.get_window_extent(renderer) for legend in legends if legend is not None]
+    assert boxes
+    bars = [patch.get_window_extent(renderer) for patch in right.patches if patch.get_height()]
+    assert bars and not any(box.overlaps(bar) for box in boxes for bar in bars)
+
+
+def test_report_plot_says_where_it_wrote(fleet: list[Path], tmp_path: Path) -> None:
+    target = tmp_path / "fleet.png"
+    result = run_cli("report", *map(str, fleet), "--json", "--plot", str(target))
+    assert result.returncode == 0, result.stderr
+    json.loads(result.stdout)  # stdout stays JSON
+    assert result.stderr.splitlines() == [
+        f"burstscope report: wrote {target}",
+        f"burstscope report: wrote {tmp_path / 'fleet-fleet.png'}",
+    ], result.stderr
+
+
+def test_the_events_table_shows_brackets_in_names_as_text() -> None:
+    from rich.console import Console
+
+    from burstscope.collector.mqtt.messages import port_topic
+    from burstscope.fleet_events import FleetView, render
+
+    view = FleetView()
+    topic = port_topic("h[1]", "mlx5_[bold]0", 1, "burst")
+    body = '{"host":"h[red]1","device":"mlx5_[bold]0","port":1,"kind":"burst","run":1,"seq":1}'
+    view.handle(topic, body.encode())
+    console = Console(width=200, record=True, color_system=None, force_terminal=False)
+    console.print(render(view, "mqtt://[::1]:1883"))
+    text = console.export_text()
+    assert "h[red]1" in text and "mlx5_[bold]0/1" in text, text
+
+
+def test_the_fleet_table_never_cuts_a_node_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = []
+    for host in ("node-[gpu]-0001.cluster.example", "b"):
+        path = tmp_path / host.split(".")[0]
+        path.mkdir()
+        write_node(path, host, sorted(FLEET["a"]))
+        paths.append(path)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["report", *map(str, paths)]) == 0
+    out = capsys.readouterr().out
+    assert "│ node-[gpu]-0001.cluster.example │" in out, out
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80, out
+    assert "not shown at 80 columns: clock offset" in out, out

@@ -139,6 +139,11 @@ def test_discover_table_says_why() -> None:
     result = burstscope("discover", "--sysfs-root", str(TREE))
     assert result.returncode == 0, result.stderr
     rows = {line.split()[1]: line for line in result.stdout.splitlines() if line.count("│") > 2}
+    # Each port's notes follow the table as lines of their own ("DEVICE/PORT: note").
+    for line in result.stdout.splitlines():
+        device = line.split("/", 1)[0]
+        if device in rows and not line.startswith("│"):
+            rows[device] += " " + line
     assert "stuck at all-ones: port_xmit_wait" in rows["mlx4_0"]
     assert "54.5455 Gb/s" in rows["mlx4_1"]
     assert "no usable line rate" in rows["mlx5_4"] and "--line-rate-for" in rows["mlx5_4"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from burstscope.cli import main
 from burstscope.collector.trace import PortColumns, TraceInfo, TraceWriter, read_info, read_samples
 from tests.conftest import compare_golden
+from tests.test_top_view import run_in_tmux
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path("tests/fixtures/report")  # relative: the golden names sources as given
@@ -23,6 +25,9 @@ HEADER = "timestamp_ns,device,port,xmit_bytes,rcv_bytes"
 @pytest.fixture(autouse=True)
 def in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
+    # A wide console, so that the tests of what a line says read it whole; the tests of
+    # width set their own (or run in tmux).
+    monkeypatch.setenv("COLUMNS", "200")
 
 
 def report(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -486,3 +491,70 @@ def test_table_strips_escape_sequences_and_implausible_steps(tmp_path: Path) -> 
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout
     assert "mlx5_0[bold]/1" in result.stdout
     assert "-0.0%" not in result.stdout
+
+
+# The table fits the terminal it is in (or 80 columns when piped); names are text.
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_report_in_tmux_fits_and_matches_golden(width: int, update_golden: bool) -> None:
+    screen = run_in_tmux(
+        f"{sys.executable} -m burstscope report {FIXTURES / 'trace'}", width, cwd=REPO
+    )
+    lines = screen.splitlines()
+    assert max(len(line) for line in lines) <= width, screen
+    assert "…" not in screen, screen  # every row named mlx5… at 80 columns
+    rows = [line.split()[1] for line in lines if line.startswith("│")]
+    assert rows == ["mlx5_0/1", "mlx5_0/1", "mlx5_1/1", "mlx5_1/1"], screen
+    compare_golden(REPO / FIXTURES / f"tmux-{width}.golden.txt", screen, update_golden)
+
+
+def test_a_narrow_report_names_the_columns_it_left_out(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    status, out, err = report(capsys, str(FIXTURES / "trace"))
+    assert status == 0, err
+    assert "not shown at 80 columns: bursts, burst p50, burst p99" in out, out
+    header = next(line for line in out.splitlines() if "hidden sat." in line)
+    assert "burst p50" not in header
+    monkeypatch.setenv("COLUMNS", "200")
+    assert "not shown" not in report(capsys, str(FIXTURES / "trace"))[1]
+
+
+def test_piped_report_is_80_columns_and_never_cuts_a_port() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    result = subprocess.run(
+        [sys.executable, "-m", "burstscope", "report", str(FIXTURES / "trace")],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, result.stdout  # was forced to 132
+    assert "…" not in result.stdout
+
+
+def test_brackets_in_names_are_text_at_any_width(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = "mlx5_[bold]long_device_name_0"
+    rows = [f"{1_700_000_000_000_000_000 + i * 1_000_000},{name},1,{i * 1000},0" for i in range(50)]
+    trace = tmp_path / "[x].csv"
+    trace.write_text(HEADER + "\n" + "\n".join(rows) + "\n")
+    monkeypatch.setenv("COLUMNS", "80")
+    status, out, err = report(capsys, str(trace), "--line-rate", "100")
+    assert status == 0, err
+    table = [line for line in out.splitlines() if line.startswith("│")]
+    assert table and all(f"{name}/1" in line for line in table), out
+    assert f"{name}/1 tx: " in out, out
+
+
+def test_a_trace_shorter_than_a_window_says_its_window_is_partial(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = report(capsys, str(FIXTURES / "small.csv"), "--line-rate", "100")
+    assert status == 0, err
+    assert "partial window: the trace covers 3.0 s, less than one 15-s window" in out, out
+    assert "mlx5_0/1 tx: average 5.9% over 3.0 s (a partial 15-s window), 1-ms peak" in out
+    # A trace of whole windows says nothing of the kind.
+    assert "partial" not in report(capsys, str(FIXTURES / "trace"))[1]

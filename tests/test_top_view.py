@@ -5,19 +5,21 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from rich.console import Console
 
+from burstscope.collector.slow_poller import CounterState, SlowSnapshot
 from burstscope.collector.snapshot import DirectionView, Health, PortView, Snapshot
 from burstscope.collector.sources.base import PortSpec
 from burstscope.detectors.analyzer import DirectionAnalyzer
 from burstscope.detectors.config import Thresholds
 from burstscope.detectors.live import LiveDirection
 from burstscope.testing.processes import wait_until
-from burstscope.top_view import plain_lines, table
+from burstscope.top_view import plain_lines, rows, table
 from tests.conftest import FIXTURES, compare_golden, require_binary
 
 MS = 1_000_000
@@ -134,3 +136,139 @@ def test_top_in_tmux_fits_the_terminal(
     compare_golden(FIXTURES / "top" / f"tmux-header-{width}.golden.txt", header, update_golden)
     golden_view = render(width).splitlines()
     assert header.splitlines() == [line.rstrip() for line in golden_view[:4]]
+
+
+def render_at(width: int, height: int, view: Snapshot) -> str:
+    console = Console(width=width, record=True, color_system=None, force_terminal=False)
+    console.print(table(view, width=width, height=height))
+    return console.export_text()
+
+
+def node(ports: int, seconds: int = 20, names: tuple[str, ...] = ()) -> Snapshot:
+    """``snapshot()`` with ``ports`` ports, named ``names`` where given."""
+    base = snapshot(seconds)
+    views = tuple(
+        PortView(
+            PortSpec(names[n] if n < len(names) else f"mlx5_{n}", 1, RATE),
+            base.ports[n % len(base.ports)].directions,
+            0,
+        )
+        for n in range(ports)
+    )
+    return replace(base, ports=views)
+
+
+def test_a_ports_transmit_and_receive_rows_stay_together() -> None:
+    found = rows(snapshot(), 250 * MS)
+    pairs = [found[i : i + 2] for i in range(0, len(found), 2)]
+    assert all(a.port == b.port for a, b in pairs), [(r.port, r.direction) for r in found]
+    assert [(a.direction, b.direction) for a, b in pairs] == [("transmit", "receive")] * 9
+    # Ports still come by urgency (1-ms peak, then name): the idle mlx5_0 comes last.
+    assert [a.port for a, _ in pairs] == [f"mlx5_{n}/1" for n in (*range(1, 9), 0)]
+
+
+@pytest.mark.parametrize(("width", "height", "ports"), [(100, 14, 9), (80, 24, 10)])
+def test_rows_that_do_not_fit_are_counted_and_the_footer_stays(
+    width: int, height: int, ports: int
+) -> None:
+    text = render_at(width, height, node(ports))
+    lines = text.splitlines()
+    assert len(lines) <= height, text
+    assert "q quits" in text and "sim:moe" in text, text
+    shown = [line.split()[0] for line in lines if line.startswith(" mlx5_")]
+    # Whole ports only: every port shown has both its rows.
+    assert len(shown) % 2 == 0 and shown[::2] == shown[1::2], shown
+    more = ports - len(shown) // 2
+    assert more > 0 and f"+{more} more ports below" in text, text
+
+
+def test_a_terminal_tall_enough_shows_every_port_and_no_count() -> None:
+    text = render_at(200, 50, node(10))
+    assert "more ports" not in text
+    assert sum(1 for line in text.splitlines() if line.startswith(" mlx5_")) == 20
+
+
+def test_congestion_counters_sit_on_the_direction_they_answer_to() -> None:
+    counters = {
+        name: CounterState("hw", "mlx5_0", 1, name, value, value, 0, False, 0)
+        for name, value in (
+            ("np_ecn_marked_roce_packets", 7),  # ECN marks this receiver got
+            ("np_cnp_sent", 5),  # CNPs it sent back: the receive side's
+            ("rp_cnp_handled", 3),  # CNPs it slowed down for: the transmit side's
+            ("rp_cnp_ignored", 11),  # neither: not in the column
+        )
+    }
+    view = replace(node(1), slow=SlowSnapshot(counters, ()))
+    by_direction = {r.direction: r for r in rows(view, 250 * MS)}
+    assert (by_direction["receive"].ecn_marked, by_direction["receive"].cnp) == (7, 5)
+    assert (by_direction["transmit"].ecn_marked, by_direction["transmit"].cnp) == (None, 3)
+
+
+def test_brackets_in_names_are_text_not_markup() -> None:
+    view = replace(node(2, names=("mlx5_[bold]0", "[red]x[/red]")), source="sim:[dim]moe")
+    console = Console(width=200, record=True, color_system=None, force_terminal=False)
+    console.print(table(view, width=200))
+    text = console.export_text()
+    assert "mlx5_[bold]0/1" in text and "[red]x[/red]/1" in text
+    assert "sim:[dim]moe" in text
+
+
+def run_in_tmux(command: str, width: int, height: int = 24, cwd: Path | None = None) -> str:
+    """What ``command`` prints in a real tmux terminal of that size (started in ``cwd``),
+    scrollback included, its lines stripped of trailing blanks (tmux pads the pane)."""
+    # A server of its own (-L): another tmux user's options or sessions cannot reach it.
+    tmux_bin = require_binary("tmux")
+    session = f"bs-{width}x{height}-{time.monotonic_ns()}"
+    server = [tmux_bin, "-L", session]
+    marker = "__burstscope_command_done__"
+    # pytest exports COLUMNS; the command must size itself from the terminal. The pane
+    # stays open after the command so that its output can be read.
+    script = f"env -u COLUMNS -u LINES {command}; echo {marker}; exec sleep 600"
+    subprocess.run(
+        [*server, "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height),
+         "-c", str(cwd or Path.cwd()), script],
+        check=True,
+    )  # fmt: skip
+    screen = ""
+    try:
+
+        def finished() -> bool:
+            nonlocal screen
+            screen = subprocess.run(
+                [*server, "capture-pane", "-p", "-S", "-", "-E", "-", "-t", session],
+                capture_output=True,
+                text=True,
+            ).stdout
+            return marker in screen
+
+        assert wait_until(finished), screen
+    finally:
+        subprocess.run([*server, "kill-server"], capture_output=True)
+    lines = [line.rstrip() for line in screen.splitlines()]
+    return "\n".join(lines[: lines.index(marker)]) + "\n"
+
+
+def test_top_in_a_short_tmux_terminal_counts_what_it_cannot_show() -> None:
+    """At 100x14 rich's Live used to cut 9 of the 18 rows and the footer without a word."""
+    tmux = require_binary("tmux")
+    session = f"bs-short-{time.monotonic_ns()}"
+    top = f"{sys.executable} -m burstscope top --source sim:moe"
+    subprocess.run(
+        [tmux, "new-session", "-d", "-s", session, "-x", "100", "-y", "14",
+         f"env -u COLUMNS -u LINES {top}"],
+        check=True,
+    )  # fmt: skip
+    try:
+        screen = ""
+
+        def shown() -> bool:
+            nonlocal screen
+            screen = tmux_screen(tmux, session)
+            return "more ports below" in screen and "q quits" in screen
+
+        assert wait_until(shown), screen
+    finally:
+        subprocess.run([tmux, "kill-session", "-t", session], capture_output=True)
+    ports = [line.split()[0] for line in screen.splitlines() if line.startswith(" mlx5_")]
+    assert ports and ports[::2] == ports[1::2], screen  # whole ports: both rows or neither
+    assert f"+{9 - len(ports) // 2} more ports below" in screen, screen

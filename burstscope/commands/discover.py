@@ -9,14 +9,16 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from burstscope.arguments import LINE_RATE_HINT, add_port_selection, build_source_from
+from burstscope.arguments import add_port_selection, build_source_from
 from burstscope.collector.discovery import (
     Discovery,
     DiscoveryError,
     compile_filter,
     discover,
 )
+from burstscope.discover_view import print_ports
 from burstscope.errors import UsageError
 
 if TYPE_CHECKING:
@@ -58,43 +60,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
         return 0
     console = Console()
-    table = Table(title=f"RDMA ports under {args.sysfs_root}")
-    for column in (
-        "device",
-        "port",
-        "link layer",
-        "state",
-        "rate",
-        "data rate",
-        "bytes from",
-        "netdev",
-        "note",
-    ):
-        table.add_column(column)
-    for port in (*found.ports, *found.unsampled):
-        rate, data = port.rate_bytes_per_second, port.data_rate_bytes_per_second
-        files = port.byte_files
-        notes = []
-        if port.not_sampled:
-            notes.append(f"not sampled: {port.not_sampled}")
-        if port.rate_problem:
-            notes.append(f"{port.rate_problem}: utilization absent; {LINE_RATE_HINT}")
-        if files is not None and files.min_read_interval_ns:
-            notes.append(f"resolution {files.min_read_interval_ns / 1e6:g} ms (kernel cache)")
-        if port.saturated:
-            notes.append(f"stuck at all-ones: {', '.join(port.saturated)}")
-        table.add_row(
-            port.device,
-            str(port.port),
-            port.link_layer,
-            port.state.name if port.state else "?",
-            f"{rate * 8 / 1e9:g} Gb/s" if rate else "?",
-            f"{data * 8 / 1e9:.6g} Gb/s" if data else "?",
-            f"{files.directory}/{'+'.join(files.transmit)}" if files else "-",
-            port.netdev or "",
-            "; ".join(notes),
-        )
-    console.print(table)
+    print_ports(found, args.sysfs_root, console)
     if found.skipped:
         print("skipped:", file=sys.stderr if not found.ports else sys.stdout)
         for skip in found.skipped:
@@ -147,7 +113,7 @@ def print_probe(console: Console, probed: Probe) -> None:
             table.add_column(f"{when} {figure}", justify="right")
     for index, spec in enumerate(probed.ports):
         table.add_row(
-            spec.device,
+            Text(spec.device),  # a value, never markup
             str(spec.port),
             *figures(probed.back_to_back.ports[index]),
             *figures(probed.paced.ports[index]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from burstscope import invocation
@@ -100,10 +101,15 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             write_plot(report, args.plot)
+            written = [args.plot]
             if report.fleet is not None:
                 write_fleet_plot(report.fleet, fleet_plot_path(args.plot))
+                written.append(fleet_plot_path(args.plot))
         except OSError as exc:
             raise UsageError(f"cannot write {str(args.plot)!r}: {exc.strerror}") from None
+        # On stderr, like the other commands' notes, so that --json output stays JSON.
+        for path in written:
+            print(f"burstscope report: wrote {path}", file=sys.stderr)
     if args.json:
         print(json.dumps(to_json(report), indent=2))
     else:

@@ -1,0 +1,85 @@
+"""What ``burstscope discover`` prints as text: the ports as a table that fits the terminal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from burstscope.arguments import LINE_RATE_HINT
+from burstscope.collector.discovery import Discovery
+from burstscope.fitting import fit, left_out
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    header: str
+    priority: int  # narrow terminals drop the highest first; 0 is never dropped
+
+
+_COLUMNS = (
+    _Column("device", 0),
+    _Column("port", 0),
+    _Column("link layer", 3),
+    _Column("state", 0),
+    _Column("rate", 2),
+    _Column("data rate", 0),
+    _Column("bytes from", 4),
+    _Column("netdev", 1),
+)
+
+
+def print_ports(found: Discovery, root: object, console: Console) -> None:
+    """The ports at the console's width (80 when piped): whole columns leave, device and port
+    are never cut, and each port's notes follow the table as lines of their own."""
+    cells: list[dict[str, str]] = []
+    notes: list[str] = []
+    for port in (*found.ports, *found.unsampled):
+        rate, data = port.rate_bytes_per_second, port.data_rate_bytes_per_second
+        files = port.byte_files
+        said = []
+        if port.not_sampled:
+            said.append(f"not sampled: {port.not_sampled}")
+        if port.rate_problem:
+            said.append(f"{port.rate_problem}: utilization absent; {LINE_RATE_HINT}")
+        if files is not None and files.min_read_interval_ns:
+            said.append(f"resolution {files.min_read_interval_ns / 1e6:g} ms (kernel cache)")
+        if port.saturated:
+            said.append(f"stuck at all-ones: {', '.join(port.saturated)}")
+        values = (
+            port.device,
+            str(port.port),
+            port.link_layer,
+            port.state.name if port.state else "?",
+            f"{rate * 8 / 1e9:g} Gb/s" if rate else "?",
+            f"{data * 8 / 1e9:.6g} Gb/s" if data else "?",
+            f"{files.directory}/{'+'.join(files.transmit)}" if files else "-",
+            port.netdev or "",
+        )
+        # Names and paths come from the tree: brackets in them are text, not rich markup.
+        cells.append({c.header: escape(v) for c, v in zip(_COLUMNS, values, strict=True)})
+        notes += [f"{escape(port.device)}/{port.port}: {escape(note)}" for note in said]
+    longest = max((len(row["device"]) for row in cells), default=6)
+
+    def build(chosen: list[_Column]) -> Table:
+        table = Table(title=f"RDMA ports under {escape(str(root))}")
+        for column in chosen:
+            table.add_column(
+                column.header,
+                no_wrap=True,
+                min_width=longest if column.header == "device" else None,
+            )
+        for row in cells:
+            table.add_row(*(row[c.header] for c in chosen))
+        return table
+
+    table, dropped = fit(_COLUMNS, build, console.width)
+    console.print(table)
+    footer = left_out(dropped, console.width)
+    if footer:
+        console.print(footer, highlight=False)
+    for note in notes:
+        # One line per note however long, for grep; a terminal folds it where it must.
+        console.print(note, highlight=False, soft_wrap=True)
