@@ -18,13 +18,18 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Barrier
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from burstscope.collector.ring import Field, Ring
-from burstscope.collector.sources.base import SampleRow
+from burstscope.collector.sampler import Sampler, SamplerConfig
+from burstscope.collector.sources import files
+from burstscope.collector.sources.base import STATUS_OK, STATUS_REBASELINE, SampleRow
+from burstscope.collector.sources.files import CounterFiles
 from burstscope.testing.processes import DEADLINE_SECONDS, wait_until
+from tests.test_tick import _Source
 
 PORTS = 3
 # Small, so the writer laps the readers often and the re-read of the head has work to do.
@@ -104,6 +109,10 @@ def _reader(name: str, rows: int, recheck: bool, start: Barrier, results: Connec
     deadline = time.monotonic() + DEADLINE_SECONDS
     try:
         while cursor < rows and time.monotonic() < deadline:
+            # Every other read from row 0: the copy then starts at the slot the writer fills
+            # next, so the re-read of the head after it has rows to drop.
+            if reads % 2 == 0:
+                cursor = 0
             before = cursor
             cursor, got = ring.read_since(cursor)
             if not len(got):
@@ -140,7 +149,7 @@ def _answered(receiver: Connection, reader: BaseProcess) -> bool:
 class Hammered:
     checked: list[int]  # rows each reader checked
     torn: list[int]  # rows each reader found wrong
-    lost: list[int]  # rows each reader was lapped past
+    lost: list[int]  # rows each reader skipped: lapped, or passed over by a read from row 0
     reads: list[int]  # read_since calls that returned rows
 
 
@@ -193,3 +202,49 @@ def test_the_hammer_catches_a_writer_that_publishes_before_writing() -> None:
 def test_the_hammer_catches_a_reader_that_keeps_rows_overwritten_during_its_copy() -> None:
     result = hammer(50_000, "write", recheck=False)
     assert sum(result.torn) > 0, result
+
+
+@pytest.mark.skipif(not files.compiled_tick_available(), reason="built without the compiled tick")
+def test_rows_the_compiled_loop_publishes_are_whole(tmp_path: Path) -> None:
+    """The sampler process ticking in C (run_ticks) as fast as its reads go, and this process
+    checking each row: every port's constant counters, timestamps rising along the row and
+    from row to row (a stale or half-overwritten row breaks one or the other)."""
+    counters = []
+    for port in range(PORTS):
+        names = []
+        for direction, value in (("xmit", port * 1000 + 1), ("rcv", port * 1000 + 2)):
+            path = tmp_path / f"{port}_{direction}"
+            path.write_text(f"{value}\n")
+            names.append(str(path))
+        counters.append(CounterFiles(names[0], names[1], 1))
+    xmit = np.arange(PORTS, dtype=np.uint64) * 1000 + 1
+    # Not real time, not pinned: a 20 us tick on a shared machine must not starve it.
+    config = SamplerConfig(interval_ns=20_000, realtime_priority=None, cpu=-1, ring_seconds=0)
+    sampler = Sampler(_Source(tuple(counters)), config)
+    ring = sampler.start()
+    checked = torn = reads = 0
+    cursor, last_stamp = 0, -1
+    try:
+        assert wait_until(lambda: ring.get(Field.COMPILED_TICK) == 1)
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while checked < 100_000 and time.monotonic() < deadline:
+            # Every other read from row 0: the copy then starts at the slot the writer fills
+            # next, so the re-read of the head after it has rows to drop.
+            if reads % 2 == 0:
+                cursor, last_stamp = 0, -1
+            cursor, got = ring.read_since(cursor)
+            if not len(got):
+                continue
+            reads += 1
+            stamps = got.timestamp_ns
+            good = (got.xmit_bytes == xmit).all(axis=1) & (got.rcv_bytes == xmit + 1).all(axis=1)
+            good &= np.isin(got.status, (STATUS_OK, STATUS_REBASELINE)).all(axis=1)
+            good &= (np.diff(stamps, axis=1) >= 0).all(axis=1)
+            good &= np.diff(stamps[:, 0], prepend=last_stamp) > 0
+            last_stamp = int(stamps[-1, 0])
+            checked += len(got)
+            torn += int(np.count_nonzero(~good))
+    finally:
+        sampler.close()
+    assert checked >= 100_000, f"{checked} rows in {DEADLINE_SECONDS} s"
+    assert torn == 0, f"{torn} of {checked} rows torn"
