@@ -4,18 +4,55 @@ One writer, any number of readers, no locks. Each tick is one fixed-size record 
 header (lateness, then the per-port columns, then status bytes), so the writer stores a
 tick with a single ``struct.pack_into`` (or, with the compiled tick of the file sources,
 fills the record in place: ``layout``, ``next_record``, ``commit``) and readers see the
-columns as strided numpy views. The writer fills row ``head % capacity`` and
-only then advances ``head``; a reader copies the rows it has not seen and, after copying,
-re-reads ``head`` to discard any row the writer may have overwritten meanwhile (those are
-counted as lost, never returned torn). Stores are ordered on x86-64 (TSO); on weaker
-memory models a reader may, rarely, see a row a moment before it is complete.
+columns as strided numpy views. The writer fills row ``head % capacity`` and only then
+advances ``head``; a reader copies the rows it has not seen and, after copying, re-reads
+``head`` to discard any row the writer may have overwritten meanwhile (those are counted as
+lost, never returned torn).
+
+Why that holds on a weak memory model (AArch64, e.g. Grace), not only on x86-64's TSO: the
+head is the ring's sequence word, as in a seqlock (H.-J. Boehm, "Can Seqlocks Get Along
+with Programming Language Memory Models?", MSPC 2012), and it is only ever stored and
+loaded through the compiled module (collector/sources/_tick.c), never by numpy:
+
+- The writer publishes row h by storing ``head = h + 1`` with release
+  (``ring_publish_head``; the compiled loop ``run_ticks`` makes the same store), after
+  every store of the row in program order. A reader's first look at the head is a
+  load-acquire (``ring_acquire_head``). C11 5.1.2.4p11 (C++ [atomics.order]p2): a release
+  store synchronizes with an acquire load that reads its value, so every store of the rows
+  below the head the reader saw happens before its copy, which sees them (or a later
+  overwrite, caught by the next rule).
+- Right after that store the writer issues a release fence; the reader, after its copy,
+  issues an acquire fence and re-reads the head (``ring_recheck_head``). C11 7.17.4p2
+  (C++ [atomics.fences]p2, https://timsong-cpp.github.io/cppwp/n4861/atomics.fences): a
+  release fence synchronizes with an acquire fence when a load sequenced before the
+  acquire fence reads a store sequenced after the release fence. The stores of row h + 1,
+  which overwrite row h + 1 - capacity, follow the fence after ``head = h + 1``; so if any
+  load of the copy saw one of them, the re-read head is at least h + 1 (write-read
+  coherence, C++ [intro.races]) and that row is dropped: only rows from
+  ``recheck - capacity + 1`` on are returned.
+
+The fence rule is stated for atomic objects; the rows are plain stores (struct.pack_into,
+the C tick) and plain loads (numpy), which in the C abstract machine is a data race. What
+makes it hold in practice is what the compilers emit: the row accesses are ordinary
+loads and stores in other functions, and the head accesses and fences are STLR, LDAR,
+DMB ISH and DMB ISHLD on AArch64 (plain moves and compiler barriers on x86-64; mapping
+table: https://www.cl.cam.ac.uk/~pes20/cpp/cpp0xmappings.html), which order every access
+on either side at the hardware level. A row torn at any byte is dropped the same way. No
+test on x86-64 can show a hardware reordering; tests/test_ring_hammer.py shows that the
+reader catches a writer whose program order publishes a row before writing it.
+
+Built without the compiled module (``ORDERED_HEAD`` false) the head is a plain numpy word:
+correct on x86-64 (TSO: stores are seen in order, loads are not reordered with each
+other), not on weaker models; setup.py therefore lets the module be skipped only on x86.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import mmap
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any
@@ -37,6 +74,14 @@ from burstscope.collector.sources.base import (
     describe_bad_status,
 )
 from burstscope.collector.trace.schema import TIME_GRAIN_NS, PortColumns, stored_times
+
+try:
+    from burstscope.collector.sources import _tick
+except ImportError:  # built without a C compiler (x86 only, see setup.py): plain numpy words
+    _tick = None  # type: ignore[assignment]
+
+# True when the head is published with release and read with acquire (the docstring says why).
+ORDERED_HEAD = _tick is not None
 
 _MAGIC = 0x62757273_74736370  # "burstscp"
 _PAGE_BYTES = mmap.PAGESIZE
@@ -183,6 +228,7 @@ class Ring:
             *(layout.fields[name][1] for name in _PORT_COLUMNS),  # type: ignore[index]
         )
         self._lateness_into = struct.Struct("=q").pack_into
+        self._publish_head, self._acquire_head, self._recheck_head = self._head_access()
         records: npt.NDArray[Any] = np.ndarray(
             (capacity,), dtype=layout, buffer=buffer, offset=_HEADER_WORDS * 8
         )
@@ -193,6 +239,34 @@ class Ring:
         self.read_ns: npt.NDArray[Any] = records["read_ns"]
         self.lateness_ns: npt.NDArray[Any] = records["lateness_ns"]
         self.status: npt.NDArray[Any] = records["status"]
+
+    def _head_access(
+        self,
+    ) -> tuple[Callable[[int], None], Callable[[], int], Callable[[], int]]:
+        """publish(head), acquire() and recheck() of the head word, ordered as the module
+        docstring says (plain numpy accesses without the compiled module)."""
+        if _tick is not None:
+            buffer = self._buffer
+            publish, acquire, recheck = (
+                _tick.ring_publish_head,
+                _tick.ring_acquire_head,
+                _tick.ring_recheck_head,
+            )
+            # partial, not lambda: one C call per publish, no Python frame (the writer's path).
+            return (
+                functools.partial(publish, buffer, _HEAD),
+                functools.partial(acquire, buffer, _HEAD),
+                functools.partial(recheck, buffer, _HEAD),
+            )
+        header = self.header
+
+        def publish_plain(value: int) -> None:
+            header[_HEAD] = value
+
+        def load_plain() -> int:
+            return int(header[_HEAD])
+
+        return publish_plain, load_plain, load_plain
 
     @property
     def name(self) -> str:
@@ -241,8 +315,7 @@ class Ring:
 
     def write(self, row: SampleRow, lateness_ns: int) -> None:
         """Writer side: one tick. The row becomes visible when ``head`` advances."""
-        header = self.header
-        head = int(header[_HEAD])
+        head = int(self.header[_HEAD])  # the writer's own word: no ordering needed
         offset = _HEADER_WORDS * 8 + head % self.capacity * self._record_bytes
         try:
             self._pack_into(
@@ -269,7 +342,7 @@ class Ring:
                 *safe.read_ns,
                 *safe.status,
             )
-        header[_HEAD] = head + 1
+        self._publish_head(head + 1)
 
     @property
     def buffer(self) -> memoryview:
@@ -292,11 +365,11 @@ class Ring:
     def commit(self, offset: int, lateness_ns: int) -> None:
         """Writer side: the record at ``offset`` (next_record) is filled; it becomes visible."""
         self._lateness_into(self._buffer, offset, lateness_ns)
-        self.header[_HEAD] += 1
+        self._publish_head(int(self.header[_HEAD]) + 1)
 
     def read_since(self, cursor: int) -> tuple[int, RingRows]:
         """Reader side: the rows written since ``cursor``; returns the new cursor."""
-        head = int(self.header[Field.HEAD])
+        head = self._acquire_head()
         # The writer may be filling slot head % capacity right now: that is row
         # head - capacity, so only rows from head - capacity + 1 on are whole.
         oldest = max(cursor, head - self.capacity + 1)
@@ -310,7 +383,7 @@ class Ring:
             self.lateness_ns[slots],
         )
         # Rows the writer overwrote while we copied are dropped, not returned torn.
-        after = int(self.header[Field.HEAD])
+        after = self._recheck_head()
         overwritten = min(len(slots), max(0, after - self.capacity + 1 - oldest))
         timestamp_ns, xmit_bytes, rcv_bytes, read_ns, status, lateness_ns = (
             array[overwritten:] for array in copies

@@ -91,6 +91,79 @@ static Py_ssize_t fill_record(char *base, Py_ssize_t ports, const int32_t *xfd,
     return waiting;
 }
 
+/* The ring's head: the one word that orders its rows (collector/ring.py gives the whole
+ * argument). The writer fills row h, then publishes h + 1 with a release store (C11
+ * 5.1.2.4p11: it synchronizes with a reader's load-acquire that reads it, so every store of
+ * the row happens before that reader's copy), then a release fence, so the stores of the
+ * next row, which overwrite row h + 1 - capacity, are not seen ahead of this head (C11
+ * 7.17.4p2: the fence synchronizes with the acquire fence in ring_recheck_head of any reader
+ * whose copy saw one of them). GCC and Clang emit STLR, LDAR, DMB ISH and DMB ISHLD for these
+ * on AArch64 and plain moves on x86-64 (https://www.cl.cam.ac.uk/~pes20/cpp/cpp0xmappings.html). */
+static inline void publish(int64_t *head, int64_t value) {
+    __atomic_store_n(head, value, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+/* The header word `index` of the ring in `object`, or NULL with an exception set. The view
+ * is released at once: the caller holds the ring (its mapping outlives the call). */
+static int64_t *header_word(PyObject *object, PyObject *index_object) {
+    Py_ssize_t index = PyNumber_AsSsize_t(index_object, PyExc_IndexError);
+    if (index == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(object, &view, PyBUF_WRITABLE) < 0) return NULL;
+    char *base = (char *)view.buf;
+    Py_ssize_t length = view.len;
+    PyBuffer_Release(&view);
+    if (index < 0 || index >= 64 || length < 8 * 64 || (uintptr_t)base % 8) {
+        PyErr_SetString(PyExc_ValueError, "not a word of an aligned 64-word ring header");
+        return NULL;
+    }
+    return (int64_t *)base + index;
+}
+
+/* ring_publish_head(buffer, index, value): the writer's commit of every row before `value`. */
+static PyObject *ring_publish_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "ring_publish_head(buffer, index, value)");
+        return NULL;
+    }
+    long long value = PyLong_AsLongLong(args[2]);
+    if (value == -1 && PyErr_Occurred()) return NULL;
+    int64_t *head = header_word(args[0], args[1]);
+    if (head == NULL) return NULL;
+    publish(head, (int64_t)value);
+    Py_RETURN_NONE;
+}
+
+/* ring_acquire_head(buffer, index) -> int: a reader's first look at the head (load-acquire):
+ * every row below it is complete in this thread's view. */
+static PyObject *ring_acquire_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "ring_acquire_head(buffer, index)");
+        return NULL;
+    }
+    int64_t *head = header_word(args[0], args[1]);
+    if (head == NULL) return NULL;
+    return PyLong_FromLongLong(__atomic_load_n(head, __ATOMIC_ACQUIRE));
+}
+
+/* ring_recheck_head(buffer, index) -> int: after a reader's copy, an acquire fence (no load
+ * of the copy moves after it) then the head: any row the copy may have caught being
+ * overwritten lies below this head minus the capacity. */
+static PyObject *ring_recheck_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "ring_recheck_head(buffer, index)");
+        return NULL;
+    }
+    int64_t *head = header_word(args[0], args[1]);
+    if (head == NULL) return NULL;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return PyLong_FromLongLong(__atomic_load_n(head, __ATOMIC_RELAXED));
+}
+
 static int writable(PyObject *object, Py_buffer *view, const char *what) {
     if (PyObject_GetBuffer(object, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
         PyErr_Format(PyExc_TypeError, "%s must be a writable contiguous buffer", what);
@@ -226,15 +299,14 @@ static PyObject *run_ticks(PyObject *self, PyObject *args) {
                 while (now_ns() < deadline) {
                 }
             woke = now_ns();
-            int64_t head = header[head_i];
+            int64_t head = __atomic_load_n(&header[head_i], __ATOMIC_RELAXED); /* ours */
             offset = records + (head % capacity) * record_bytes;
             if (fill_record(base + offset, ports, xfd, rfd, scale, next, flag)) {
                 reason = 1;
                 break;
             }
             *(int64_t *)(base + offset) = woke - deadline; /* lateness */
-            /* Release: a reader that sees the new head sees the whole record. */
-            __atomic_store_n(&header[head_i], head + 1, __ATOMIC_RELEASE);
+            publish(&header[head_i], head + 1);
             ticks++;
             header[ticks_i] = ticks;
             header[heartbeat_i] = woke;
@@ -270,6 +342,14 @@ static PyMethodDef methods[] = {
      " scales, next_status, pending, interval_ns, spin_ns, deadline, ticks, missed, parent)"
      " -> (reason, deadline, ticks, missed, woke, offset)\n"
      "The sampler loop, in C, until a stop, a tick with ports for Python, or an orphan."},
+    {"ring_publish_head", (PyCFunction)(void (*)(void))ring_publish_head, METH_FASTCALL,
+     "ring_publish_head(buffer, index, value)\n"
+     "Writer: store header word `index` with release, then a release fence."},
+    {"ring_acquire_head", (PyCFunction)(void (*)(void))ring_acquire_head, METH_FASTCALL,
+     "ring_acquire_head(buffer, index) -> int\nReader: load header word `index` with acquire."},
+    {"ring_recheck_head", (PyCFunction)(void (*)(void))ring_recheck_head, METH_FASTCALL,
+     "ring_recheck_head(buffer, index) -> int\n"
+     "Reader, after copying: an acquire fence, then header word `index`."},
     {NULL, NULL, 0, NULL},
 };
 
