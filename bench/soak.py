@@ -418,8 +418,9 @@ class Soak:
         self.warm_values: dict[str, float] | None = None
         self.events: list[tuple[float, str]] = []  # (seconds since start, what happened)
         self.interrupted = False
-        self.warm_moment = float("inf")
-        self.agent_log: Path | None = None  # when the warm-up ended, on the monotonic clock
+        self.warm_moment = float("inf")  # when the warm-up ended, on the monotonic clock
+        self.agent_log: Path | None = None
+        self.loop_end_values: dict[str, float] = {}  # the last scrape before the finish
 
     # -- one scrape, checked -----------------------------------------------------------------
 
@@ -647,6 +648,7 @@ class Soak:
                 self.samples.append(sample)
             waits = [value for key, value in due.items() if key != "sample" or not storming]
             time.sleep(max(0.0, min(min(waits), end) - time.monotonic()))
+        self.loop_end_values = self.last_values  # the span the C loop's windows cover
         if storm_thread is not None:
             storm_thread.join(STORM_BREAK_SECONDS * 2)
         self.storms = storm_results
@@ -741,8 +743,8 @@ class Soak:
         result["hups"] = self.hups
         result["broker_restarts"] = self.broker_restarts
         result["restarts"] = self.restarts_seen
-        result["events"] = self.events
-        warm, last = self.warm_values, self.last_values
+        result["events"] = [(round(t, 2), what) for t, what in self.events]
+        warm, last = self.warm_values, self.loop_end_values or self.last_values
         agent: dict[str, Any] = {"missed_tick_fraction": None}
         if warm is not None and last:
             ticks = last["burstscope_sampler_ticks_total"] - warm["burstscope_sampler_ticks_total"]
