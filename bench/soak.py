@@ -323,7 +323,10 @@ class CLoop:
         self.error: str | None = None
         self.stopping = threading.Event()
         self.ends = float("inf")
-        self.binary = build_reference()
+        try:
+            self.binary = build_reference()
+        except SystemExit as exc:  # no compiler: build_reference exits, the soak reports it
+            raise SoakFailed(str(exc)) from None
         self.cpu = default_cpu()
         self.thread = threading.Thread(target=self._run, name="c-loop", daemon=True)
 
@@ -926,7 +929,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, interrupt)
     try:
         soak.run()
-    except Exception as exc:  # every failure still ends in the JSON line
+    except (Exception, SystemExit) as exc:  # every failure still ends in the JSON line
         soak.result["error"] = f"{type(exc).__name__}: {exc}"
     try:
         soak.figures()
