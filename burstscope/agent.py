@@ -28,7 +28,7 @@ from burstscope.collector.exporter import BurstscopeCollector
 from burstscope.collector.http import DEFAULT_LISTEN, HttpError, MetricsServer, TlsConfig
 from burstscope.collector.intake import AGENT_DRAIN_SECONDS
 from burstscope.collector.mqtt import MqttHandle, MqttSettings, MqttSettingsError, attach_mqtt
-from burstscope.collector.pipeline import Pipeline, wait_for_first_sample
+from burstscope.collector.pipeline import Pipeline, wait_for_first_drain
 from burstscope.collector.recording import Recording, Retention
 from burstscope.collector.sampler import SamplerConfig, SamplerError, parse_interval
 from burstscope.collector.sources.base import CounterSource
@@ -458,9 +458,11 @@ def serve(args: argparse.Namespace) -> int:
     _LOG.info("%s", status)
     watchdog: Watchdog | None = None
     try:
-        # READY=1 only once /metrics is bound (start) and the sampler has ticked.
-        if not wait_for_first_sample(
-            agent.pipeline, max(30.0, 3 * settings.sampler.interval_ns / 1e9)
+        # READY=1 only once /metrics is bound (start) and the first drain has fed the
+        # sampler's rows through: from then on the data counters carry the kernel's values.
+        if not wait_for_first_drain(
+            agent.pipeline,
+            max(30.0, 3 * settings.sampler.interval_ns / 1e9 + 3 * agent.pipeline.drain_seconds),
         ):
             _LOG.error("the sampler produced no sample; stopping")
             return 1

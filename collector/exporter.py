@@ -416,7 +416,10 @@ def _port_families(out: _Families, port: PortView, snap: Snapshot) -> None:
     for direction in DIRECTIONS:
         view = port.directions[direction]
         labels = [*key, direction]
-        out.counter("burstscope_port_data_bytes_total", PORT_DIRECTION, labels, view.bytes_total)
+        if view.bytes_total is not None:  # absent until read: a 0 first would be a reset
+            out.counter(
+                "burstscope_port_data_bytes_total", PORT_DIRECTION, labels, view.bytes_total
+            )
         if known:  # utilization without a rate: absent, never zero
             _direction_families(out, labels, view, snap.now_ns)
     if known:
