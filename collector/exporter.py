@@ -57,8 +57,11 @@ HELP: dict[str, str] = {
     "burstscope_port_resolution_seconds": "Finest honest sample interval of a port read "
     "slower than the sampling interval: the kernel caches hw_counters for their lifespan "
     "(bnxt_re firmware refreshes its bytes once a second). Absent where every tick is read.",
-    "burstscope_port_not_sampled": "A port kept without sampling its bytes (value 1), with "
-    "the reason: no readable byte counter (N/A (no PMA), no counters/, rxe).",
+    "burstscope_port_not_sampled": "A port kept without sampling its bytes (value 1); reason: "
+    "no_pma (a data counter reads N/A (no PMA)), unreadable (a data counter cannot be read), "
+    "missing (counters/ lacks a data counter), no_counters (neither counters/ nor "
+    "hw_counters/), no_byte_counter (hw_counters/ without a known byte counter), rxe (counts "
+    "packets only), other; the log line says more.",
     "burstscope_port_physical_state": "Physical port state number (phys_state: 2 Polling, "
     "3 Disabled, 5 LinkUp, 6 LinkErrorRecovery).",
     "burstscope_port_stuck_at_all_ones": "1 while the PortCounter named by the counter label "
@@ -275,7 +278,7 @@ class BurstscopeCollector(Collector):
             out.gauge(
                 "burstscope_port_not_sampled",
                 (*PORT, "reason"),
-                [kept.device, str(kept.port), kept.reason],
+                [kept.device, str(kept.port), kept.code],
                 1,
             )
         for device in snap.devices:
