@@ -94,9 +94,9 @@ def drill_utilization_row() -> list[Json]:
             "timeseries",
             "1 ms peak, 15 s average and p99",
             "The highest 1 ms sample in each step (max_over_time of the trailing 75 s peak, "
-            "so no scrape interval up to 60 s and no zoom drops a peak); the mean over one 15 s scrape interval "
-            "(recording rule ..._ratio_irate1m), highest in each step; and the 99th "
-            "percentile of 1 ms samples over the rate interval (from the utilization "
+            "so no scrape interval up to 60 s and no zoom drops a peak); the mean over one "
+            "15 s scrape interval (recording rule ..._ratio_irate1m), highest in each step; "
+            "and the 99th percentile of 1 ms samples over the rate interval (from the utilization "
             "histogram). Lines at 25% (busy) and 90% (saturated).",
             [
                 target(
