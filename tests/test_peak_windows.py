@@ -37,8 +37,10 @@ SCALE = 10  # every duration below is the product's divided by this
 SCRAPE_S = 60 / SCALE  # the longest promised scrape interval, 60 s
 WINDOWS = (("1.5s", 1_500_000_000), ("7.5s", 7_500_000_000))  # 15s and 75s, scaled
 DRAIN_S = 1.0 / SCALE  # AGENT_DRAIN_SECONDS, scaled
-# Of line rate, one burst per scrape interval, each about twice or half its neighbours, so
-# the 1 ms maxima differ despite the sampling jitter of the emulated writer's 0.5 ms steps.
+# Of line rate, one burst per scrape interval. The 1 ms maxima come out higher and vary (the
+# emulated writer shares this process and steps every 0.5 ms, so samples jitter, clipped at
+# 1): that is why the trace, not the height, is the truth. Each burst is 11.4 s before the
+# scrape after next, beyond the 7.5 s window, so no interval's value can be its neighbour's.
 HEIGHTS = (0.2, 0.05, 0.4, 0.1, 0.6)
 BURST_S = 0.06
 LEAD_S = SCRAPE_S / 10  # the burst starts this long after the interval's scrape
@@ -190,8 +192,6 @@ def test_long_window_keeps_every_peak_at_the_longest_promised_scrape(
         compared.append((promql_max("7.5s", before, after), truth))
         short_missed += promql_max("1.5s", before, after) < truth
     assert [seen for seen, _ in compared] == pytest.approx([t for _, t in compared], rel=1e-12)
-    # The heights differ, so a window reaching into the previous interval would show.
-    assert len({round(t, 3) for _, t in compared}) == len(HEIGHTS), compared
     # The short window (15 s unscaled, all the agent exported before) misses them here.
     assert short_missed == len(HEIGHTS)
 
