@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
@@ -24,11 +25,11 @@ from burstscope import __version__
 from burstscope.arguments import LINE_RATE_HINT, build_source_from
 from burstscope.collector.config import AgentConfig, ConfigError, load_config
 from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
-from burstscope.collector.exporter import BurstscopeCollector
+from burstscope.collector.exporter import PEAK_WINDOWS, BurstscopeCollector
 from burstscope.collector.http import DEFAULT_LISTEN, HttpError, MetricsServer, TlsConfig
 from burstscope.collector.intake import AGENT_DRAIN_SECONDS
 from burstscope.collector.mqtt import MqttHandle, MqttSettings, MqttSettingsError, attach_mqtt
-from burstscope.collector.pipeline import Pipeline, wait_for_first_sample
+from burstscope.collector.pipeline import Pipeline, wait_for_first_drain
 from burstscope.collector.recording import Recording, Retention
 from burstscope.collector.sampler import SamplerConfig, SamplerError, parse_interval
 from burstscope.collector.sources.base import CounterSource
@@ -236,9 +237,11 @@ class Agent:
         settings: AgentSettings,
         trace: TraceWriter | Recording | None = None,
         drain_seconds: float = AGENT_DRAIN_SECONDS,
+        peak_windows: Sequence[tuple[str, int]] = PEAK_WINDOWS,
     ) -> None:
         """``drain_seconds``: how often the detectors catch up with the sampler; a live
-        view on the same pipeline (the demo) wants collector.intake.DRAIN_SECONDS."""
+        view on the same pipeline (the demo) wants collector.intake.DRAIN_SECONDS.
+        ``peak_windows``: the exporter's trailing peak windows (collector.exporter)."""
         self.settings = settings
         self.pipeline = Pipeline(
             settings.source,
@@ -250,7 +253,7 @@ class Agent:
             drain_seconds,
         )
         self.registry = CollectorRegistry(auto_describe=False)
-        self.collector = BurstscopeCollector(self.pipeline.snapshot, __version__)
+        self.collector = BurstscopeCollector(self.pipeline.snapshot, __version__, peak_windows)
         self.registry.register(self.collector)
         # process_cpu_seconds_total, process_resident_memory_bytes, ... of this (the main)
         # process, for the agent's own cost on the fleet dashboard; the sampler process's
@@ -458,9 +461,11 @@ def serve(args: argparse.Namespace) -> int:
     _LOG.info("%s", status)
     watchdog: Watchdog | None = None
     try:
-        # READY=1 only once /metrics is bound (start) and the sampler has ticked.
-        if not wait_for_first_sample(
-            agent.pipeline, max(30.0, 3 * settings.sampler.interval_ns / 1e9)
+        # READY=1 only once /metrics is bound (start) and the first drain has fed the
+        # sampler's rows through: from then on the data counters carry the kernel's values.
+        if not wait_for_first_drain(
+            agent.pipeline,
+            max(30.0, 3 * settings.sampler.interval_ns / 1e9 + 3 * agent.pipeline.drain_seconds),
         ):
             _LOG.error("the sampler produced no sample; stopping")
             return 1

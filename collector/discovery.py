@@ -91,6 +91,17 @@ NO_BYTE_COUNTER = {
     "rxe": "rxe has no byte counter in hw_counters/ (rxe_hw_counters.c counts packets only)",
     "siw": "siw has neither counters/ nor hw_counters/",
 }
+# Why a port is kept without sampling, as an enumerated code (the label of
+# burstscope_port_not_sampled; the sentence in ``not_sampled`` goes to discover and the log).
+NOT_SAMPLED_REASONS = {
+    "no_pma": "a data counter reads 'N/A (no PMA)' (old kernels on a device without a PMA, "
+    "drivers/infiniband/core/sysfs.c show_pma_counter)",
+    "unreadable": "a data counter cannot be read or is not a number",
+    "missing": "counters/ lacks port_xmit_data or port_rcv_data",
+    "no_counters": "neither counters/ nor hw_counters/ (a driver without a PMA, e.g. siw)",
+    "no_byte_counter": "hw_counters/ holds no byte counter known for the driver",
+    "rxe": "rxe counts packets, not bytes (drivers/infiniband/sw/rxe/rxe_hw_counters.c)",
+}
 # The hw_counters cache lifetime when the file cannot be read: RDMA_HW_STATS_DEFAULT_LIFESPAN
 # (include/rdma/ib_verbs.h), which every in-tree driver passes.
 DEFAULT_LIFESPAN_MS = 10
@@ -168,6 +179,7 @@ class InfiniBandPort:
     rate_problem: str | None = None  # why the rate is unusable, for discover and the log
     byte_files: ByteFiles | None = None  # None: not sampled
     not_sampled: str | None = None  # why the port is not sampled (byte_files is None)
+    not_sampled_reason: str | None = None  # the same as a NOT_SAMPLED_REASONS key
     saturated: tuple[str, ...] = ()  # PortCounters at all-ones when discovered
 
     def counter_path(self, name: str) -> Path:
@@ -392,7 +404,7 @@ def _port_record(
     port_path: Path,
     counters: tuple[str, ...],
     byte_files: ByteFiles | None,
-    not_sampled: str | None,
+    not_sampled: tuple[str, str] | None,
     saturated: tuple[str, ...] = (),
 ) -> InfiniBandPort:
     """The attributes every port has, read the same way whatever else it offers."""
@@ -416,7 +428,8 @@ def _port_record(
         data_rate_bytes_per_second=rate.data_bytes_per_second if rate else None,
         rate_problem=rate_problem,
         byte_files=byte_files,
-        not_sampled=not_sampled,
+        not_sampled=not_sampled[1] if not_sampled else None,
+        not_sampled_reason=not_sampled[0] if not_sampled else None,
         saturated=saturated,
     )
 
@@ -430,8 +443,9 @@ def read_lifespan_ms(hw_dir: Path) -> int:
     return max(value, 0)
 
 
-def _hw_byte_files(device: str, hw_dir: Path) -> tuple[ByteFiles | None, str]:
-    """The hw_counters files that hold this port's bytes, or None and why not."""
+def _hw_byte_files(device: str, hw_dir: Path) -> tuple[ByteFiles | None, tuple[str, str] | None]:
+    """The hw_counters files that hold this port's bytes, or None and why not (the
+    NOT_SAMPLED_REASONS code, the sentence)."""
     names = set(_list_names(hw_dir))
     for known in HW_BYTE_COUNTERS:
         if not device.startswith(known.driver):
@@ -440,9 +454,12 @@ def _hw_byte_files(device: str, hw_dir: Path) -> tuple[ByteFiles | None, str]:
         receive = tuple(n for n in known.receive if n in names)
         if not transmit or not receive:
             wanted = ", ".join((*known.transmit, *known.receive))
-            return None, f"hw_counters/ has none of {known.driver}'s byte counters ({wanted})"
+            return None, (
+                "no_byte_counter",
+                f"hw_counters/ has none of {known.driver}'s byte counters ({wanted})",
+            )
         unreadable = [
-            f"hw_counters/{n}: {why}"
+            _data_counter_problem(f"hw_counters/{n}", why)
             for n in (*transmit, *receive)
             if (why := unreadable_reason(hw_dir / n)) is not None
         ]
@@ -451,11 +468,20 @@ def _hw_byte_files(device: str, hw_dir: Path) -> tuple[ByteFiles | None, str]:
         # Reading faster than the cache lifetime repeats a value, then carries the whole
         # interval's bytes in one sample: no resolution finer than this is honest.
         period_ms = max(read_lifespan_ms(hw_dir), known.update_period_ms)
-        return ByteFiles("hw_counters", transmit, receive, 1, period_ms * 1_000_000), ""
+        return ByteFiles("hw_counters", transmit, receive, 1, period_ms * 1_000_000), None
     for driver, reason in NO_BYTE_COUNTER.items():
         if device.startswith(driver):
-            return None, reason
-    return None, "no counters/ directory and no known byte counter in hw_counters/"
+            return None, (driver if driver in NOT_SAMPLED_REASONS else "no_counters", reason)
+    return None, (
+        "no_byte_counter",
+        "no counters/ directory and no known byte counter in hw_counters/",
+    )
+
+
+def _data_counter_problem(file: str, reason: str) -> tuple[str, str]:
+    """An unreadable data counter as (NOT_SAMPLED_REASONS code, sentence)."""
+    code = "no_pma" if _NO_PMA in reason else "unreadable"
+    return code, f"{file}: {reason}"
 
 
 def _parse_port(device: str, port_path: Path) -> tuple[InfiniBandPort, list[Skipped]]:
@@ -469,17 +495,23 @@ def _parse_port(device: str, port_path: Path) -> tuple[InfiniBandPort, list[Skip
         if hw_dir.is_dir():
             files, why = _hw_byte_files(device, hw_dir)
         else:
-            files, why = None, "no counters/ or hw_counters/ directory (driver without a PMA)"
-        return _port_record(device, port, port_path, (), files, why or None), []
+            files, why = (
+                None,
+                (
+                    "no_counters",
+                    "no counters/ or hw_counters/ directory (driver without a PMA)",
+                ),
+            )
+        return _port_record(device, port, port_path, (), files, why), []
     skipped: list[Skipped] = []
     readable: list[str] = []
-    problem: str | None = None
+    problem: tuple[str, str] | None = None
     for name in _list_names(counters_dir):
         reason = unreadable_reason(counters_dir / name)
         if reason is None:
             readable.append(name)
         elif name in DATA_COUNTERS:
-            problem = problem or f"counters/{name}: {reason}"
+            problem = problem or _data_counter_problem(f"counters/{name}", reason)
         else:
             skipped.append(Skipped(device, port, f"counters/{name}: {reason}"))
     saturated = tuple(
@@ -490,7 +522,7 @@ def _parse_port(device: str, port_path: Path) -> tuple[InfiniBandPort, list[Skip
     )
     missing = [name for name in DATA_COUNTERS if name not in readable]
     if problem is None and missing:
-        problem = f"counters/{missing[0]} is missing"
+        problem = ("missing", f"counters/{missing[0]} is missing")
     if problem is not None:
         # Old kernels print "N/A (no PMA)" in every file of a PMA-less device (i40iw): the
         # port is still there, with its state and rate (sysfs.c show_pma_counter, pre-5.x).

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
 from prometheus_client.metrics_core import (
@@ -34,12 +34,22 @@ from burstscope.collector.sources.port_counters import PORT_COUNTER_SPECS
 from burstscope.detectors.config import DIRECTIONS
 from burstscope.detectors.congestion import CONGESTION_PACKET_COUNTERS
 from burstscope.detectors.counters import CounterKind
-from burstscope.detectors.live import BURST_DURATION_BUCKETS_SECONDS, UTILIZATION_BUCKETS
+from burstscope.detectors.live import (
+    BURST_DURATION_BUCKETS_SECONDS,
+    HISTORY_NS,
+    UTILIZATION_BUCKETS,
+)
 
-# One trailing window: a 60 s peak is max_over_time of this one over 60 s at any scrape
-# interval up to 15 s, and its two series make room for phys_state and PFC durations
-# within a port's 60 series.
-PEAK_WINDOWS = (("15s", 15_000_000_000),)
+# Trailing peak windows (label, length). A scrape at t shows the peak of the samples drained
+# by then: (now - window, now], now lagging t by up to one drain (1 s in the agent) and the
+# 100 ms slots only widening it. Every sample is in some scrape's window while the scrape
+# interval plus that lag and the scrape jitter stays within the window, so each window
+# promises a scrape interval well inside it: 15s up to 10 s (a 5 s margin), 75s up to 60 s
+# (a 15 s margin, so 15, 30 and 60 s scrapes all keep every peak). Two windows, two series
+# per port direction: 58 per port on an mlx5 RoCE port, PFC aside.
+PEAK_WINDOWS: tuple[tuple[str, int], ...] = (("15s", 15_000_000_000), ("75s", 75_000_000_000))
+# The longest scrape interval each window covers, as the docs and example config say.
+PEAK_WINDOW_SCRAPE_INTERVALS = {"15s": 10.0, "75s": 60.0}
 PORT = ("device", "port")
 PORT_DIRECTION = ("device", "port", "direction")
 
@@ -57,8 +67,11 @@ HELP: dict[str, str] = {
     "burstscope_port_resolution_seconds": "Finest honest sample interval of a port read "
     "slower than the sampling interval: the kernel caches hw_counters for their lifespan "
     "(bnxt_re firmware refreshes its bytes once a second). Absent where every tick is read.",
-    "burstscope_port_not_sampled": "A port kept without sampling its bytes (value 1), with "
-    "the reason: no readable byte counter (N/A (no PMA), no counters/, rxe).",
+    "burstscope_port_not_sampled": "A port kept without sampling its bytes (value 1); reason: "
+    "no_pma (a data counter reads N/A (no PMA)), unreadable (a data counter cannot be read), "
+    "missing (counters/ lacks a data counter), no_counters (neither counters/ nor "
+    "hw_counters/), no_byte_counter (hw_counters/ without a known byte counter), rxe (counts "
+    "packets only), other; the log line says more.",
     "burstscope_port_physical_state": "Physical port state number (phys_state: 2 Polling, "
     "3 Disabled, 5 LinkUp, 6 LinkErrorRecovery).",
     "burstscope_port_stuck_at_all_ones": "1 while the PortCounter named by the counter label "
@@ -76,8 +89,9 @@ HELP: dict[str, str] = {
     "line rate, one observation per sampling interval, 1 ms by default): 1 - "
     'bucket{le="0.9"}/count is the share of milliseconds at or above 90%.',
     "burstscope_port_peak_utilization_ratio": "Highest per-sample utilization in the "
-    "trailing window named by the window label (15 s, resolved to 100 ms; for 60 s take "
-    "max_over_time over 60 s).",
+    "trailing window named by the window label, resolved to 100 ms: 15s loses no peak at "
+    "scrape intervals up to 10 s, 75s none up to 60 s; max_over_time over a range gives "
+    "the peak of that range.",
     "burstscope_port_bursts_total": "Bursts that ended: maximal runs of samples above the "
     "burst threshold (50% of line rate by default, after Zhang et al., IMC 2017).",
     "burstscope_port_burst_bytes_total": "Bytes carried inside bursts that ended.",
@@ -242,10 +256,20 @@ class _Families:
 class BurstscopeCollector(Collector):
     """Yields every family from one snapshot per scrape."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot], version: str) -> None:
-        """``version``: the agent's, exported as burstscope_info{version}."""
+    def __init__(
+        self,
+        snapshot: Callable[[], Snapshot],
+        version: str,
+        peak_windows: Sequence[tuple[str, int]] = PEAK_WINDOWS,
+    ) -> None:
+        """``version``: the agent's, exported as burstscope_info{version}; ``peak_windows``:
+        (window label, length in ns) of the trailing peaks, at most HISTORY_NS each."""
+        for label, length in peak_windows:
+            if not 0 < length <= HISTORY_NS:
+                raise ValueError(f"peak window {label}: {length} ns is not in (0, {HISTORY_NS}]")
         self._snapshot = snapshot
         self._version = version
+        self._peak_windows = tuple(peak_windows)
         self._previous_scrape_seconds = 0.0
         # Families owned by optional outputs (MQTT), built at scrape time like the rest.
         self.extra_families: list[Callable[[], Iterable[Metric]]] = []
@@ -270,15 +294,14 @@ class BurstscopeCollector(Collector):
         self._previous_scrape_seconds = time.perf_counter() - started
         return iter(families)
 
-    @staticmethod
-    def _ports(out: _Families, snap: Snapshot) -> None:
+    def _ports(self, out: _Families, snap: Snapshot) -> None:
         for port in snap.ports:
-            _port_families(out, port, snap)
+            _port_families(out, port, snap, self._peak_windows)
         for kept in snap.unsampled:
             out.gauge(
                 "burstscope_port_not_sampled",
                 (*PORT, "reason"),
-                [kept.device, str(kept.port), kept.reason],
+                [kept.device, str(kept.port), kept.code],
                 1,
             )
         for device in snap.devices:
@@ -412,7 +435,9 @@ class BurstscopeCollector(Collector):
                 )
 
 
-def _port_families(out: _Families, port: PortView, snap: Snapshot) -> None:
+def _port_families(
+    out: _Families, port: PortView, snap: Snapshot, windows: tuple[tuple[str, int], ...]
+) -> None:
     """One sampled port: its rate, each direction's traffic and bursts, its read health."""
     key = [port.spec.device, str(port.spec.port)]
     rate = port.spec.line_rate_bytes_per_second
@@ -426,9 +451,12 @@ def _port_families(out: _Families, port: PortView, snap: Snapshot) -> None:
     for direction in DIRECTIONS:
         view = port.directions[direction]
         labels = [*key, direction]
-        out.counter("burstscope_port_data_bytes_total", PORT_DIRECTION, labels, view.bytes_total)
+        if view.bytes_total is not None:  # absent until read: a 0 first would be a reset
+            out.counter(
+                "burstscope_port_data_bytes_total", PORT_DIRECTION, labels, view.bytes_total
+            )
         if known:  # utilization without a rate: absent, never zero
-            _direction_families(out, labels, view, snap.now_ns)
+            _direction_families(out, labels, view, snap.now_ns, windows)
     if known:
         # One burst-duration histogram per port, both directions together: per
         # direction it would take the port past 60 series.
@@ -458,7 +486,11 @@ def _port_families(out: _Families, port: PortView, snap: Snapshot) -> None:
 
 
 def _direction_families(
-    out: _Families, labels: list[str], view: DirectionView, now_ns: int
+    out: _Families,
+    labels: list[str],
+    view: DirectionView,
+    now_ns: int,
+    windows: tuple[tuple[str, int], ...],
 ) -> None:
     """One direction of a port whose line rate is known: utilization, peaks, bursts."""
     live = view.live
@@ -469,7 +501,7 @@ def _direction_families(
         _buckets(UTILIZATION_BUCKETS, live.utilization_buckets.tolist()),
         live.utilization_sum,
     )
-    for window, length in PEAK_WINDOWS:
+    for window, length in windows:
         peak = live.peak(length, now_ns)
         out.gauge(
             "burstscope_port_peak_utilization_ratio",

@@ -67,7 +67,9 @@ class _PortState:
     spec: PortSpec  # line_rate_bytes_per_second: the rate in force
     analyzers: dict[str, DirectionAnalyzer] | None  # None until a usable rate is known
     live: dict[str, LiveDirection] = field(default_factory=dict)
-    latest: dict[str, int] = field(default_factory=dict)
+    # The raw count as last read; None until the first reading (absent, never 0: a 0
+    # before the kernel's cumulative value reads as a reset to Prometheus' rate()).
+    latest: dict[str, int | None] = field(default_factory=dict)
     failed_reads: int = 0
     rate_changes: int = 0
     refused: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -99,6 +101,9 @@ class Pipeline:
         self._lock = threading.Lock()
         self._drain_lock = threading.Lock()
         self._stop = threading.Event()
+        # Set by the first drain that fed samples: from then on the data counters carry
+        # the kernel's values (systemd READY=1 waits for it, wait_for_first_drain).
+        self.drained = threading.Event()
         self._thread: threading.Thread | None = None
         self._requests: queue.SimpleQueue[tuple[Callable[[], None], Future[None]]] = (
             queue.SimpleQueue()
@@ -152,7 +157,7 @@ class Pipeline:
     def _new_port(self, spec: PortSpec) -> _PortState:
         state = _PortState(spec, self._analyzers(spec))
         state.live = {direction: LiveDirection() for direction in DIRECTIONS}
-        state.latest = dict.fromkeys(DIRECTIONS, 0)
+        state.latest = dict.fromkeys(DIRECTIONS)
         return state
 
     def _apply_rate(self, state: _PortState, rate: int) -> None:
@@ -237,6 +242,8 @@ class Pipeline:
             for index, state in enumerate(self._ports):
                 self._feed_port(state, index, taken, closed)
             self._generation += 1
+            if any(port.timestamp_ns.size for port in taken.columns):
+                self.drained.set()
             if taken.lateness_ns.size:
                 seconds = taken.lateness_ns / 1e9
                 self._lateness += cumulative_counts(seconds, TIMING_BUCKETS_SECONDS)
@@ -493,6 +500,12 @@ class Pipeline:
             assert self.intake is not None
             self.intake.follow(ring, source.ports)
             old.close()
+
+
+def wait_for_first_drain(pipeline: Pipeline, timeout: float = 10.0) -> bool:
+    """True once a drain has fed samples through the detectors (systemd READY): before it
+    the data counters are absent from the exposition; after it they carry the kernel's."""
+    return pipeline.drained.wait(timeout)
 
 
 def wait_for_first_sample(pipeline: Pipeline, timeout: float = 10.0) -> bool:

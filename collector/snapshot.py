@@ -29,7 +29,9 @@ TIMING_BUCKETS_SECONDS = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e
 class DirectionView:
     """What readers see of one port direction."""
 
-    bytes_total: int  # the counter as last read (x4 already), as node_exporter exports it
+    # The counter as last read (x4 already), as node_exporter exports it; None until the
+    # first reading, so the series is absent rather than a 0 that rate() takes for a reset.
+    bytes_total: int | None
     live: LiveDirection  # a copy, owned by the snapshot (LiveDirection.copy)
     saturated_seconds: float
     hidden_saturated_seconds: float  # saturated inside coarse windows that look quiet
@@ -38,7 +40,7 @@ class DirectionView:
 
 
 def direction_view(
-    bytes_total: int, live: LiveDirection, analyzer: DirectionAnalyzer | None
+    bytes_total: int | None, live: LiveDirection, analyzer: DirectionAnalyzer | None
 ) -> DirectionView:
     """A direction as readers see it; without an analyzer (no usable rate yet) its
     utilization figures are absent or zero, never guessed."""

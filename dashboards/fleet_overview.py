@@ -25,7 +25,7 @@ from dashboards.builder import (
     target,
     value_mappings,
 )
-from dashboards.port_drilldown import DRILLDOWN_LINK
+from dashboards.port_drilldown import DRILLDOWN_LINK, PEAK_WINDOW
 
 UID = "burstscope-fleet-overview"
 
@@ -87,11 +87,11 @@ def _port_table(
 
 
 def _hottest_ports() -> Json:
-    peak = f'burstscope_port_peak_utilization_ratio{{{FLEET}, window="15s"}}'
+    peak = f'burstscope_port_peak_utilization_ratio{{{FLEET}, window="{PEAK_WINDOW}"}}'
     hottest = f"topk(20, {peak})"
     return _port_table(
         "Hottest ports: 1 ms peak beside the 15 s average",
-        "The 20 port directions with the highest 1 ms utilization in the last 15 s, beside "
+        "The 20 port directions with the highest 1 ms utilization in the last 75 s, beside "
         "their mean over the last scrape interval (15 s; recording rule "
         "..._ratio_irate1m). A high peak over a low average is a burst a 15 s exporter "
         "cannot see. Click a node to open its Port drill-down.",

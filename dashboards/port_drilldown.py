@@ -27,6 +27,9 @@ PORT_ABOVE_95 = RULES.series(
     "instance_device_port_direction", "burstscope_port_samples_above_95_percent_per_samples"
 )
 SATURATION_SHARE = RULES.series("global", "burstscope_burst_saturation_share")
+# The peak window every panel reads: the longest the agent exports, so no scrape interval
+# up to 60 s loses a peak (collector.exporter.PEAK_WINDOWS; dashboards/README.md).
+PEAK_WINDOW = "75s"
 LEGEND = "{{device}}/{{port}} {{direction}}"
 PORT_LEGEND = "{{device}}/{{port}}"
 PORT_STATES = {"1": ("DOWN", "red"), "2": ("INIT", "orange"), "3": ("ARMED", "yellow")}
@@ -90,15 +93,15 @@ def drill_utilization_row() -> list[Json]:
         panel(
             "timeseries",
             "1 ms peak, 15 s average and p99",
-            "The highest 1 ms sample in each step (max_over_time of the trailing 15 s peak, "
-            "so zooming out drops no peak); the mean over one 15 s scrape interval "
-            "(recording rule ..._ratio_irate1m), highest in each step; and the 99th "
-            "percentile of 1 ms samples over the rate interval (from the utilization "
+            "The highest 1 ms sample in each step (max_over_time of the trailing 75 s peak, "
+            "so no scrape interval up to 60 s and no zoom drops a peak); the mean over one "
+            "15 s scrape interval (recording rule ..._ratio_irate1m), highest in each step; "
+            "and the 99th percentile of 1 ms samples over the rate interval (from the utilization "
             "histogram). Lines at 25% (busy) and 90% (saturated).",
             [
                 target(
                     "max_over_time(burstscope_port_peak_utilization_ratio"
-                    f'{{{PORT_DIRECTION}, window="15s"}}[$__interval])',
+                    f'{{{PORT_DIRECTION}, window="{PEAK_WINDOW}"}}[$__interval])',
                     LEGEND + " 1 ms peak",
                     "A",
                 ),

@@ -20,14 +20,17 @@ from burstscope.detectors.arrays import F64, I64
 # Dense near 1, so "what share of milliseconds were >= 90%" is a bucket ratio that sums
 # across ports and nodes (1 - le=0.9 / +Inf).
 # No 0.99 bound: it paid for the decade burst-duration buckets below within the 60-series
-# budget; 0.95 (BurstscopeBurstSaturation) and 1.0 (line rate, above it only timestamp jitter) stay.
-UTILIZATION_BUCKETS = (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0)
+# budget; no 0.75 bound: it paid for the 75 s peak window (the exporter's PEAK_WINDOWS), and
+# no query reads it. 0.9 (saturated), 0.95 (BurstscopeBurstSaturation) and 1.0 (line rate, above it
+# only timestamp jitter) stay.
+UTILIZATION_BUCKETS = (0.01, 0.1, 0.25, 0.5, 0.9, 0.95, 1.0)
 # One bucket per decade from 1 ms (one sample) to 10 s (a stalled collective), so p50 and
 # p99 of any burst length are interpolated inside one decade, not between 5 and 50 ms.
 # Five bounds, not more: the exporter keeps every port at or under 60 series.
 BURST_DURATION_BUCKETS_SECONDS = (0.001, 0.01, 0.1, 1.0, 10.0)
 SLOT_NS = 100_000_000  # trailing peaks are resolved to 100 ms slots
-HISTORY_NS = 60_000_000_000
+# Kept history: the longest trailing peak window the exporter offers (75 s) with room.
+HISTORY_NS = 90_000_000_000
 _MEAN_SCALE = "1"  # trailing means come from closed 1-second windows
 
 

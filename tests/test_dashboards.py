@@ -135,7 +135,7 @@ def test_dashboards_plot_peaks_saturation_congestion_and_agent_health() -> None:
     drill = " ".join(exprs(load("port-drilldown.json")))
     for needed in (
         'burstscope_port_peak_utilization_ratio{instance=~"$instance", device=~"$device", '
-        'window="15s"}',
+        'window="75s"}',
         "burstscope_port_hidden_saturated_seconds_total",
         "instance:burstscope_port_saturated_samples_per_samples:ratio_rate5m",
         "instance:burstscope_port_peak_utilization_above_90_percent_per_ports:ratio",

@@ -170,3 +170,34 @@ def test_series_per_port_within_budget_without_slow_counters(nine_port_scrape: s
     counts = series_per_port(fast)
     assert len(counts) == 9
     assert max(counts.values()) <= SERIES_BUDGET_PER_PORT
+
+
+def test_not_sampled_reason_is_an_enumerated_label(fixture_scrape: str) -> None:
+    """The label is a code from a closed set, named in HELP; the sentence stays in the log."""
+    from burstscope.collector.discovery import NOT_SAMPLED_REASONS
+    from burstscope.collector.exporter import HELP
+
+    reasons = re.findall(
+        r'^burstscope_port_not_sampled\{[^}]*reason="([^"]*)"', fixture_scrape, re.M
+    )
+    # mlx5_3's counters/port_xmit_data reads "N/A (no PMA)".
+    assert reasons == ["no_pma"]
+    help_text = HELP["burstscope_port_not_sampled"]
+    assert [code for code in (*NOT_SAMPLED_REASONS, "other") if code not in help_text] == []
+
+
+@pytest.mark.parametrize(
+    ("tree", "expected"),
+    [
+        ("fixture", {"mlx5_3": "no_pma"}),
+        ("hardware", {"i40iw0": "no_pma", "rxe0": "rxe"}),
+    ],
+)
+def test_discovery_names_why_a_port_is_not_sampled(tree: str, expected: dict[str, str]) -> None:
+    from burstscope.collector.discovery import NOT_SAMPLED_REASONS, discover
+
+    root = SYSFS if tree == "fixture" else FIXTURES / "hardware" / "sys"
+    found = discover(root).unsampled
+    assert {port.device: port.not_sampled_reason for port in found} == expected
+    assert all(port.not_sampled_reason in NOT_SAMPLED_REASONS for port in found)
+    assert all(port.not_sampled for port in found)  # the sentence discover prints

@@ -193,9 +193,11 @@ def test_agent_ready_watchdog_and_stalled_sampler(
 ) -> None:
     process, receiver, port = notified_agent
     receiver.wait_for("READY=1")
-    # READY=1 comes only once /metrics is bound and the sampler has ticked.
+    # READY=1 comes only once /metrics is bound and the first drain fed the sampler's
+    # rows through: the data counters, absent before, are there from READY on.
     body = fetch(f"http://127.0.0.1:{port}/metrics")
     assert "burstscope_sampler_ticks_total" in body
+    assert 'burstscope_port_data_bytes_total{device="lo",direction="transmit"' in body
     ready = next(m for _, m in receiver.messages if "READY=1" in m)
     assert "STATUS=sampling 1 port(s) from netdev" in ready
     assert wait_until(lambda: receiver.count("WATCHDOG=1", 0) >= 3)

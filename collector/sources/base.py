@@ -96,7 +96,8 @@ class UnsampledPort:
 
     device: str
     port: int
-    reason: str
+    reason: str  # the sentence, for the log and discover
+    code: str = "other"  # enumerated (collector.discovery.NOT_SAMPLED_REASONS): the label
 
 
 @dataclass(frozen=True, slots=True)

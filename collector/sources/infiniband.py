@@ -85,7 +85,9 @@ class InfiniBandSource(FileCounterSource):
             for p in self.discovery.ports
         )
         self.unsampled = tuple(
-            UnsampledPort(p.device, p.port, p.not_sampled or "not sampled")
+            UnsampledPort(
+                p.device, p.port, p.not_sampled or "not sampled", p.not_sampled_reason or "other"
+            )
             for p in self.discovery.unsampled
         )
         self._files = tuple(_counter_files(p) for p in self.discovery.ports)
