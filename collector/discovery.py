@@ -213,6 +213,9 @@ class Discovery:
     # and rate are still polled and exported, beside the reason (``not_sampled``).
     unsampled: tuple[InfiniBandPort, ...] = ()
     devices: tuple[DeviceInfo, ...] = ()
+    # Devices the include or exclude expression left out: (device, "include" or "exclude",
+    # its number of ports), so that a filter never drops ports without a word.
+    filtered_out: tuple[tuple[str, str, int], ...] = ()
 
     @property
     def hw_counter_only(self) -> tuple[InfiniBandPort, ...]:
@@ -516,6 +519,24 @@ def compile_filter(pattern: str | None, what: str) -> re.Pattern[str] | None:
         raise ValueError(f"{what} {pattern!r} is not a valid regular expression: {exc}") from None
 
 
+def filter_summary(
+    found: Discovery, include: re.Pattern[str] | None, exclude: re.Pattern[str] | None
+) -> str | None:
+    """One line: how many ports (of which devices) each expression left out; None without
+    expressions."""
+    parts = []
+    for name, pattern in (("include", include), ("exclude", exclude)):
+        if pattern is None:
+            continue
+        removed = [(device, count) for device, by, count in found.filtered_out if by == name]
+        devices = ", ".join(device for device, _ in removed)
+        parts.append(
+            f"{name} {pattern.pattern!r} left out {sum(c for _, c in removed)} port(s)"
+            + (f" of {len(removed)} device(s) ({devices})" if removed else "")
+        )
+    return "; ".join(parts) if parts else None
+
+
 def discover(
     sysfs_root: Path | str = DEFAULT_SYSFS_ROOT,
     include: re.Pattern[str] | None = None,
@@ -534,11 +555,18 @@ def discover(
     skipped: list[Skipped] = []
     unsampled: list[InfiniBandPort] = []
     infos: list[DeviceInfo] = []
+    filtered_out: list[tuple[str, str, int]] = []
     for device_path in devices:
         device = device_path.name
-        if include is not None and not include.search(device):
-            continue
-        if exclude is not None and exclude.search(device):
+        removed_by = (
+            "include"
+            if include is not None and not include.search(device)
+            else "exclude"
+            if exclude is not None and exclude.search(device)
+            else None
+        )
+        if removed_by is not None:
+            filtered_out.append((device, removed_by, len(_numeric_entries(device_path / "ports"))))
             continue
         infos.append(_device_info(device, device_path))
         port_paths = _numeric_entries(device_path / "ports")
@@ -548,4 +576,6 @@ def discover(
             found, notes = _parse_port(device, port_path)
             skipped.extend(notes)
             (ports if found.byte_files is not None else unsampled).append(found)
-    return Discovery(tuple(ports), tuple(skipped), tuple(unsampled), tuple(infos))
+    return Discovery(
+        tuple(ports), tuple(skipped), tuple(unsampled), tuple(infos), tuple(filtered_out)
+    )

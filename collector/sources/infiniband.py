@@ -16,6 +16,7 @@ from burstscope.collector.discovery import (
     DiscoveryError,
     InfiniBandPort,
     discover,
+    filter_summary,
 )
 from burstscope.collector.sources.base import (
     PortSpec,
@@ -60,6 +61,9 @@ class InfiniBandSource(FileCounterSource):
             self.discovery = discover(self.sysfs_root, self.include, self.exclude)
         except DiscoveryError as exc:
             raise SourceError(str(exc)) from None
+        filtered = filter_summary(self.discovery, self.include, self.exclude)
+        if filtered is not None:
+            _LOG.info("port filter: %s", filtered)
         if not self.discovery.ports:
             where = Path(self.sysfs_root) / "class" / "infiniband"
             why = "; ".join(
@@ -68,6 +72,7 @@ class InfiniBandSource(FileCounterSource):
             raise SourceError(
                 f"no InfiniBand or RoCE port with readable byte counters under {where}"
                 + (f" ({why})" if why else "")
+                + (f"; {filtered}" if filtered else "")
             )
         rates = dict(self.line_rates)
         if self.line_rate_bytes_per_second is not None:
