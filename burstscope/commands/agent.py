@@ -6,7 +6,9 @@ import argparse
 
 from burstscope.agent import serve, settings_from_args, setup_logging
 from burstscope.arguments import add_source_arguments
+from burstscope.collector.config import ConfigError, check_offline, load_config
 from burstscope.collector.http import DEFAULT_LISTEN
+from burstscope.errors import UsageError
 from burstscope.logging_journal import LEVELS
 from burstscope.mqtt_arguments import add_mqtt_arguments
 
@@ -15,7 +17,16 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser, defaults=False)
     add_agent_arguments(parser)
     parser.add_argument(
-        "--check-config", metavar="FILE", help="validate a configuration file and exit"
+        "--check-config",
+        metavar="FILE",
+        help="validate a configuration file as a start would (it discovers this host's "
+        "ports) and exit",
+    )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="with --check-config: check the file's syntax and values only, not this host's "
+        "ports or sysfs (for configuration management on a host without RDMA)",
     )
     parser.add_argument(
         "--log-level", choices=LEVELS, default="info", help="least severe level logged"
@@ -42,6 +53,15 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.offline and args.check_config is None:
+        raise UsageError("--offline goes with --check-config FILE")
+    if args.check_config is not None and args.offline:
+        try:
+            check_offline(load_config(args.check_config))
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
+        print(f"{args.check_config}: configuration is valid (offline: syntax and values)")
+        return 0
     if args.check_config is not None:
         # Exactly what a start validates (settings_from_args), without starting anything
         # or creating anything on disk: a file that passes here starts.
