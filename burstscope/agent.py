@@ -449,7 +449,7 @@ def serve(args: argparse.Namespace) -> int:
     status = (
         f"sampling {len(settings.source.ports)} port(s) from {settings.source.name} every "
         f"{settings.sampler.interval_ns / 1e6:g} ms; metrics on "
-        f"{agent.server.scheme}://{settings.listen}/metrics"
+        f"{agent.server.scheme}://{agent.server.address}/metrics"
     )
     _LOG.info("%s", status)
     watchdog: Watchdog | None = None

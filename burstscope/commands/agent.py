@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from burstscope.agent import serve, settings_from_args, setup_logging
 from burstscope.arguments import add_source_arguments
 from burstscope.collector.config import ConfigError, check_offline, load_config
 from burstscope.collector.http import DEFAULT_LISTEN
+from burstscope.collector.sampler import set_process_title
 from burstscope.errors import UsageError
 from burstscope.logging_journal import LEVELS
 from burstscope.mqtt_arguments import add_mqtt_arguments
@@ -70,4 +72,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.check_config}: configuration is valid")
         return 0
     setup_logging(args.log_level)
+    # "burstscope: agent --config ..." in ps, beside its child "burstscope: sampler".
+    set_process_title(" ".join(["burstscope:", "agent", *_flags(sys.argv)]))
     return serve(args)
+
+
+def _flags(argv: list[str]) -> list[str]:
+    """The words after the command name, as given."""
+    return argv[argv.index("agent") + 1 :] if "agent" in argv else []
