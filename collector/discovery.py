@@ -205,6 +205,13 @@ class DeviceInfo:
     hca_type: str  # <device>/hca_type
 
 
+# The shape of Discovery.to_json, `discover --json` (docs/report.md#json-outputs): 1 was
+# 0.1.0's, without this key, where ports without a readable byte counter were listed under
+# "skipped"; 2 lists them, whole, under "not_sampled", and "skipped" keeps unreadable files
+# and devices without ports.
+SCHEMA_VERSION = 2
+
+
 @dataclass(frozen=True, slots=True)
 class Discovery:
     ports: tuple[InfiniBandPort, ...] = ()  # ports whose data bytes can be sampled
@@ -226,7 +233,9 @@ class Discovery:
         )
 
     def to_json(self) -> dict[str, object]:
+        """`burstscope discover --json`, whose shape is SCHEMA_VERSION."""
         return {
+            "schema_version": SCHEMA_VERSION,
             "ports": [_port_json(p) for p in self.ports],
             "not_sampled": [_port_json(p) for p in self.unsampled],
             "devices": [
