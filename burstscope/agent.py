@@ -445,6 +445,8 @@ def serve(args: argparse.Namespace) -> int:
     agent.start()
     for note in startup_notes(settings):
         _LOG.warning("%s", note)
+    for note in settings.source.notes:
+        _LOG.info("%s", note)
     assert agent.server is not None
     status = (
         f"sampling {len(settings.source.ports)} port(s) from {settings.source.name} every "

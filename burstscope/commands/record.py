@@ -80,8 +80,10 @@ def run(args: argparse.Namespace) -> int:
             should_stop=lambda: stopping,
             source_spec=args.source,
             on_sampling=lambda: print(
+                *(f"burstscope record: {note}" for note in source.notes),
                 f"sampling {len(source.ports)} port(s) every "
                 f"{format_interval(config.interval_ns)} into {path}",
+                sep="\n",
                 file=sys.stderr,
                 flush=True,
             ),

@@ -53,6 +53,7 @@ class InfiniBandSource(FileCounterSource):
     discovery: Discovery = field(init=False)
     ports: tuple[PortSpec, ...] = field(init=False)
     unsampled: tuple[UnsampledPort, ...] = field(init=False)
+    notes: tuple[str, ...] = field(init=False)
     devices: tuple[DeviceInfo, ...] = field(init=False)
     _files: tuple[CounterFiles, ...] = field(init=False)
 
@@ -62,8 +63,7 @@ class InfiniBandSource(FileCounterSource):
         except DiscoveryError as exc:
             raise SourceError(str(exc)) from None
         filtered = filter_summary(self.discovery, self.include, self.exclude)
-        if filtered is not None:
-            _LOG.info("port filter: %s", filtered)
+        self.notes = () if filtered is None else (f"port filter: {filtered}",)
         if not self.discovery.ports:
             where = Path(self.sysfs_root) / "class" / "infiniband"
             why = "; ".join(
