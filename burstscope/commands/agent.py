@@ -38,7 +38,10 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--listen", metavar="ADDR:PORT", help=f"where to serve /metrics (default {DEFAULT_LISTEN})"
+        "--listen",
+        metavar="ADDR:PORT",
+        help=f"where to serve /metrics (default {DEFAULT_LISTEN}); :PORT is every IPv4 "
+        "interface, port 0 a free port: the log names the address bound",
     )
     parser.add_argument("--config", metavar="FILE", help="agent configuration (TOML)")
     parser.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate")
