@@ -133,14 +133,15 @@ def descendants(pid: int) -> list[int]:
 
 
 def role(pid: int) -> str:
-    """main, sampler (multiprocessing spawn child) or other (the resource tracker)."""
+    """main, sampler (the spawn child, named "burstscope: sampler") or other (the resource
+    tracker)."""
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
     except OSError:
         return "other"
     if b"resource_tracker" in command:
         return "other"
-    if b"multiprocessing.spawn" in command or b"spawn_main" in command:
+    if command.startswith(b"burstscope: sampler") or b"spawn_main" in command:
         return "sampler"
     return "other"
 

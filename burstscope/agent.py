@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from burstscope import __version__
 from burstscope.arguments import LINE_RATE_HINT, build_source_from
-from burstscope.collector.config import AgentConfig, ConfigError, load_config
+from burstscope.collector.config import AgentConfig, ConfigError, load_config, spin_problem
 from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
 from burstscope.collector.exporter import PEAK_WINDOWS, BurstscopeCollector
 from burstscope.collector.http import DEFAULT_LISTEN, HttpError, MetricsServer, TlsConfig
@@ -127,13 +127,9 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         chosen = Thresholds(**thresholds)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    spin = config.get("sampler", "spin", 0)
-    if spin >= interval:
-        # Spinning a whole interval or more busy-waits every tick: a core burnt for nothing.
-        raise UsageError(
-            f"sampler.spin {spin / 1e6:g} ms must be shorter than the sampling interval "
-            f"({interval / 1e6:g} ms)"
-        )
+    problem = spin_problem(config.get("sampler", "spin", 0), interval)
+    if problem is not None:
+        raise UsageError(problem)
     return AgentSettings(
         source=source,
         sampler=SamplerConfig(
@@ -452,11 +448,13 @@ def serve(args: argparse.Namespace) -> int:
     agent.start()
     for note in startup_notes(settings):
         _LOG.warning("%s", note)
+    for note in settings.source.notes:
+        _LOG.info("%s", note)
     assert agent.server is not None
     status = (
         f"sampling {len(settings.source.ports)} port(s) from {settings.source.name} every "
         f"{settings.sampler.interval_ns / 1e6:g} ms; metrics on "
-        f"{agent.server.scheme}://{settings.listen}/metrics"
+        f"{agent.server.scheme}://{agent.server.address}/metrics"
     )
     _LOG.info("%s", status)
     watchdog: Watchdog | None = None

@@ -49,7 +49,15 @@ def add_source_arguments(parser: argparse.ArgumentParser, defaults: bool = True)
         "in the configuration file): for a rate file that reads 0, fails, or is wrong",
     )
     parser.add_argument(
-        "--interval", default="1ms" if defaults else None, help="sampling interval, 100us..60s"
+        "--interval",
+        default=DEFAULT_INTERVAL if defaults else None,
+        metavar="DURATION",
+        help=INTERVAL_HELP
+        + (
+            f" (default {DEFAULT_INTERVAL})"
+            if defaults
+            else f" (default {DEFAULT_INTERVAL}, or source.interval of --config)"
+        ),
     )
     parser.add_argument(
         "--ethtool",
@@ -57,6 +65,23 @@ def add_source_arguments(parser: argparse.ArgumentParser, defaults: bool = True)
         help="read the ethtool statistics (PFC) of each RoCE netdev; ethtool asks the running "
         f"kernel, so the default is on only with --sysfs-root {DEFAULT_SYSFS_ROOT}",
     )
+
+
+DEFAULT_INTERVAL = "1ms"
+# parse_interval's units; a bare number is seconds, as in the configuration file.
+INTERVAL_HELP = (
+    "sampling interval, 100us..60s, with a unit (ns, us, ms, s: 1ms, 500us, 0.002s); "
+    "a bare number is seconds"
+)
+
+
+def format_interval(nanoseconds: int) -> str:
+    """An interval for a log line, with its unit: 1 ms, 500 us, 2 s."""
+    if nanoseconds >= 1_000_000_000:
+        return f"{nanoseconds / 1e9:g} s"
+    if nanoseconds >= 1_000_000:
+        return f"{nanoseconds / 1e6:g} ms"
+    return f"{nanoseconds / 1e3:g} us"
 
 
 # What every "line rate unknown" message points to.

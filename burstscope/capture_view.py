@@ -8,12 +8,15 @@ from typing import Any
 from burstscope.detectors.coflows import Coflow, Collision, Collisions
 from burstscope.detectors.packets import Analysis, GroupStats, QueuePair
 
+# The shape of `capture --json` (docs/report.md#json-outputs); raised when a key changes.
+SCHEMA_VERSION = 1
+
 
 def capture_json(
     analysis: Analysis, source: dict[str, Any], coflows: Collisions | None
 ) -> dict[str, Any]:
     """``source`` names the capture (``pcap``, or ``interface`` and ``kernel_drops``)."""
-    data = {**source, **analysis_json(analysis)}
+    data = {"schema_version": SCHEMA_VERSION, **source, **analysis_json(analysis)}
     if coflows is not None:
         data["coflows"] = collisions_json(coflows)
     return data

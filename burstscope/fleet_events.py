@@ -238,6 +238,10 @@ async def subscribe(
             await asyncio.sleep(delay)
 
 
+# The shape of each `events --json` line (docs/report.md#json-outputs).
+SCHEMA_VERSION = 1
+
+
 async def follow(args: argparse.Namespace, settings: MqttSettings) -> None:
     """Events as JSON lines (--json) or a live table, until interrupted."""
     view = FleetView()
@@ -246,7 +250,9 @@ async def follow(args: argparse.Namespace, settings: MqttSettings) -> None:
 
         def print_lines(topic: str, body: bytes) -> None:
             for line in view.handle(topic, body):
-                print(json.dumps(line, separators=(",", ":")), flush=True)
+                # Last: the line's own keys (an agent's payload) never replace it.
+                document = {**line, "schema_version": SCHEMA_VERSION}
+                print(json.dumps(document, separators=(",", ":")), flush=True)
 
         def set_state(connected: bool) -> None:
             view.connected = connected

@@ -122,6 +122,11 @@ def direction_json(port: PortReport, direction: DirectionReport) -> dict[str, An
     }
 
 
+# The shape of `report --json` and `demo --json` (docs/report.md#json-outputs): 1 was
+# 0.1.0's, without this key; 2 adds fraction_busy (fraction_above_25pct goes next release).
+SCHEMA_VERSION = 2
+
+
 def to_json(report: Report) -> dict[str, Any]:
     ports = [direction_json(p, d) for p in report.ports for d in p.directions]
     warnings = [
@@ -139,7 +144,12 @@ def to_json(report: Report) -> dict[str, Any]:
         }
         for source, direction, matrix in report.synchrony
     ]
-    document: dict[str, Any] = {"ports": ports, "synchrony": synchrony, "warnings": warnings}
+    document: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "ports": ports,
+        "synchrony": synchrony,
+        "warnings": warnings,
+    }
     if report.fleet is not None:
         document["fleet"] = fleet_json(report.fleet)
     return document

@@ -16,6 +16,9 @@ Layout (all tables and keys optional; command-line flags override the file)::
 URLs); what depends on several values or on the machine (the source SPEC and its ports, the
 spin against the interval, TLS files) is checked where the agent builds its settings, and
 ``--check-config`` runs that same code (burstscope.agent.settings_from_args).
+``check_offline`` adds to ``parse_config`` what needs no machine (the name of the source,
+the spin against the interval): ``--check-config FILE --offline``, for configuration
+management on a host without RDMA ports.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from burstscope.collector.http import DEFAULT_LISTEN, HttpError, parse_listen
 from burstscope.collector.mqtt.settings import MqttSettingsError, parse_broker_url
 from burstscope.collector.recording import parse_age, parse_size
 from burstscope.collector.sampler import parse_interval
+from burstscope.collector.sources import SOURCE_NAMES
 
 
 class ConfigError(Exception):
@@ -264,3 +268,29 @@ def load_config(path: str) -> AgentConfig:
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a text file") from None
     return parse_config(text, path)
+
+
+def spin_problem(spin_ns: int, interval_ns: int) -> str | None:
+    """Spinning a whole interval or more busy-waits every tick: a core burnt for nothing."""
+    if spin_ns < interval_ns:
+        return None
+    return (
+        f"sampler.spin {spin_ns / 1e6:g} ms must be shorter than the sampling interval "
+        f"({interval_ns / 1e6:g} ms)"
+    )
+
+
+def check_offline(config: AgentConfig) -> None:
+    """What a start checks beyond ``parse_config`` that needs no machine: the source's name
+    (not its ports: discovery reads this host's sysfs) and the spin against the interval.
+    ConfigError naming the file and the key."""
+    spec = config.get("source", "spec")
+    if spec is not None and spec.partition(":")[0] not in SOURCE_NAMES:
+        raise ConfigError(
+            f"{config.path}: source.spec unknown source {spec!r} (known: {', '.join(SOURCE_NAMES)})"
+        )
+    problem = spin_problem(
+        config.get("sampler", "spin", 0), config.get("source", "interval", 1_000_000)
+    )
+    if problem is not None:
+        raise ConfigError(f"{config.path}: {problem}")

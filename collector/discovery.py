@@ -217,6 +217,13 @@ class DeviceInfo:
     hca_type: str  # <device>/hca_type
 
 
+# The shape of Discovery.to_json, `discover --json` (docs/report.md#json-outputs): 1 was
+# 0.1.0's, without this key, where ports without a readable byte counter were listed under
+# "skipped"; 2 lists them, whole, under "not_sampled", and "skipped" keeps unreadable files
+# and devices without ports.
+SCHEMA_VERSION = 2
+
+
 @dataclass(frozen=True, slots=True)
 class Discovery:
     ports: tuple[InfiniBandPort, ...] = ()  # ports whose data bytes can be sampled
@@ -225,6 +232,9 @@ class Discovery:
     # and rate are still polled and exported, beside the reason (``not_sampled``).
     unsampled: tuple[InfiniBandPort, ...] = ()
     devices: tuple[DeviceInfo, ...] = ()
+    # Devices the include or exclude expression left out: (device, "include" or "exclude",
+    # its number of ports), so that a filter never drops ports without a word.
+    filtered_out: tuple[tuple[str, str, int], ...] = ()
 
     @property
     def hw_counter_only(self) -> tuple[InfiniBandPort, ...]:
@@ -235,7 +245,9 @@ class Discovery:
         )
 
     def to_json(self) -> dict[str, object]:
+        """`burstscope discover --json`, whose shape is SCHEMA_VERSION."""
         return {
+            "schema_version": SCHEMA_VERSION,
             "ports": [_port_json(p) for p in self.ports],
             "not_sampled": [_port_json(p) for p in self.unsampled],
             "devices": [
@@ -548,6 +560,24 @@ def compile_filter(pattern: str | None, what: str) -> re.Pattern[str] | None:
         raise ValueError(f"{what} {pattern!r} is not a valid regular expression: {exc}") from None
 
 
+def filter_summary(
+    found: Discovery, include: re.Pattern[str] | None, exclude: re.Pattern[str] | None
+) -> str | None:
+    """One line: how many ports (of which devices) each expression left out; None without
+    expressions."""
+    parts = []
+    for name, pattern in (("include", include), ("exclude", exclude)):
+        if pattern is None:
+            continue
+        removed = [(device, count) for device, by, count in found.filtered_out if by == name]
+        devices = ", ".join(device for device, _ in removed)
+        parts.append(
+            f"{name} {pattern.pattern!r} left out {sum(c for _, c in removed)} port(s)"
+            + (f" of {len(removed)} device(s) ({devices})" if removed else "")
+        )
+    return "; ".join(parts) if parts else None
+
+
 def discover(
     sysfs_root: Path | str = DEFAULT_SYSFS_ROOT,
     include: re.Pattern[str] | None = None,
@@ -566,11 +596,18 @@ def discover(
     skipped: list[Skipped] = []
     unsampled: list[InfiniBandPort] = []
     infos: list[DeviceInfo] = []
+    filtered_out: list[tuple[str, str, int]] = []
     for device_path in devices:
         device = device_path.name
-        if include is not None and not include.search(device):
-            continue
-        if exclude is not None and exclude.search(device):
+        removed_by = (
+            "include"
+            if include is not None and not include.search(device)
+            else "exclude"
+            if exclude is not None and exclude.search(device)
+            else None
+        )
+        if removed_by is not None:
+            filtered_out.append((device, removed_by, len(_numeric_entries(device_path / "ports"))))
             continue
         infos.append(_device_info(device, device_path))
         port_paths = _numeric_entries(device_path / "ports")
@@ -580,4 +617,6 @@ def discover(
             found, notes = _parse_port(device, port_path)
             skipped.extend(notes)
             (ports if found.byte_files is not None else unsampled).append(found)
-    return Discovery(tuple(ports), tuple(skipped), tuple(unsampled), tuple(infos))
+    return Discovery(
+        tuple(ports), tuple(skipped), tuple(unsampled), tuple(infos), tuple(filtered_out)
+    )

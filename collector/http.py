@@ -77,9 +77,12 @@ class TlsConfig:
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """ "ADDR:PORT", "[v6]:PORT" or ":PORT" (all interfaces) into a (host, port) pair."""
+    """ "ADDR:PORT", "[v6]:PORT" or ":PORT" (all interfaces) into a (host, port) pair.
+
+    Port 0 asks the kernel for a free port (bind(2)); MetricsServer.address says which.
+    """
     host, separator, port_text = text.rpartition(":")
-    if not separator or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not separator or not port_text.isdigit() or not 0 <= int(port_text) < 65536:
         raise HttpError(f"--listen {text!r} is not ADDR:PORT (e.g. {DEFAULT_LISTEN})")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
@@ -343,6 +346,10 @@ class MetricsServer:
             raise HttpError(f"cannot listen on {listen}: {exc.strerror}") from None
         self.port = self._httpd.server_port
         self.scheme = "https" if context is not None else "http"
+        # What was really bound, for the log: ":PORT" is every IPv4 interface (0.0.0.0),
+        # port 0 the port the kernel chose.
+        bound = str(self._httpd.server_address[0])
+        self.address = f"[{bound}]:{self.port}" if ":" in bound else f"{bound}:{self.port}"
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="burstscope-http", daemon=True
         )

@@ -46,6 +46,15 @@ def parse_interval(text: str) -> int:
     return nanoseconds
 
 
+def set_process_title(title: str) -> None:
+    """The name ps, top and /proc/PID/cmdline show (setproctitle rewrites argv in place)."""
+    try:
+        from setproctitle import setproctitle
+    except ImportError:  # a name is a convenience: never a reason not to sample
+        return
+    setproctitle(title)
+
+
 @dataclass(frozen=True, slots=True)
 class SamplerConfig:
     interval_ns: int = 1_000_000
@@ -278,6 +287,8 @@ def run_loop(
 def _sampler_main(
     source: CounterSource, ring_name: str, config: SamplerConfig, channel: Connection
 ) -> None:
+    # ps and top show this instead of "python -c from multiprocessing.spawn import ...".
+    set_process_title("burstscope: sampler")
     ring = Ring.attach(ring_name)
 
     def request_stop(signum: int, frame: FrameType | None) -> None:

@@ -29,6 +29,10 @@ def burstscope(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[s
     )
 
 
+# The loopback has no speed of its own: a trace of it needs a stated line rate.
+LOOPBACK = ["--source", "netdev:lo", "--line-rate", "10"]
+
+
 def assert_usage_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
     assert result.returncode == 2, result
     lines = result.stderr.strip().splitlines()
@@ -67,8 +71,13 @@ def test_discover_table_lists_ports_and_skips() -> None:
         (["record", "--source", "netdev:lo", "--line-rate", "0", "-o", "{out}"], ["--line-rate 0"]),
         (["top", "--source", "netdev:lo", "--line-rate", "1", "--duration", "0"], ["--duration 0"]),
         (["record", "--source", "netdev:lo", "--duration", "-1", "-o", "{out}"], ["-1"]),
-        (["record", "--source", "netdev:lo", "-o", "/proc/burstscope/x"], ["cannot write"]),
-        (["record", "--source", "netdev:lo", "-o", str(SYSFS)], ["not empty"]),
+        (["record", *LOOPBACK, "-o", "/proc/burstscope/x"], ["cannot write"]),
+        (["record", *LOOPBACK, "-o", str(SYSFS)], ["not empty"]),
+        # The loopback has no speed: refused now rather than by `report` later.
+        (
+            ["record", "--source", "netdev:lo", "-o", "{out}"],
+            ["lo port 1: line rate unknown", "--line-rate GBITS", "--line-rate-for lo=GBITS"],
+        ),
         (
             ["record", "--sysfs-root", str(SYSFS), "--include", "^none$", "-o", "{out}"],
             ["no InfiniBand or RoCE port"],
@@ -130,10 +139,10 @@ def test_record_no_slow_writes_samples_only(tmp_path: Path) -> None:
 def test_sigterm_mid_recording_keeps_what_was_recorded(tmp_path: Path) -> None:
     out = tmp_path / "trace"
     recording = LoggedProcess(
-        [sys.executable, "-m", "burstscope", "record", "--source", "netdev:lo", "-o", str(out)]
+        [sys.executable, "-m", "burstscope", "record", *LOOPBACK, "-o", str(out)]
     )
     try:
-        recording.wait_log("sampling 1 port(s) every 1ms")
+        recording.wait_log("sampling 1 port(s) every 1 ms")
         # The first piece closes after 5 s of samples; what follows it is still in memory.
         assert wait_until(lambda: bool(list(out.glob("part-*.parquet"))))
         pieces = ds.dataset(sorted(out.glob("part-*.parquet"))).to_table()
@@ -187,7 +196,7 @@ def test_killed_recording_keeps_closed_pieces(tmp_path: Path) -> None:
     """SIGKILL gives no chance to flush: every piece closed before it stays readable."""
     out = tmp_path / "trace"
     process = subprocess.Popen(
-        [sys.executable, "-m", "burstscope", "record", "--source", "netdev:lo", "-o", str(out)],
+        [sys.executable, "-m", "burstscope", "record", *LOOPBACK, "-o", str(out)],
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
@@ -202,3 +211,46 @@ def test_killed_recording_keeps_closed_pieces(tmp_path: Path) -> None:
     # Each piece spans 5 s of wall clock (not a row count, which a loaded machine lowers).
     times = ds.dataset(pieces).to_table().column(TIME_COLUMN).to_pylist()
     assert max(times) - min(times) >= 4_500_000
+
+
+def test_a_trace_needs_no_existing_parent_directory(tmp_path: Path) -> None:
+    """`-o fleet/node-0` on a fresh directory, as in docs/fleet-analysis.md: every command
+    that takes -o (record, simulate, demo: all through prepare_output) makes the parents."""
+    recorded = tmp_path / "fresh" / "node-0" / "trace"
+    result = burstscope("record", *LOOPBACK, "--duration", "0.3", "-o", str(recorded))
+    assert result.returncode == 0, result.stderr
+    assert list(recorded.glob("part-*.parquet"))
+    simulated = tmp_path / "fleet" / "node-1"
+    result = burstscope("simulate", "--duration", "0.2", "-o", str(simulated))
+    assert result.returncode == 0, result.stderr
+    assert list(simulated.glob("part-*.parquet"))
+
+
+def test_the_line_rate_for_one_device_is_enough_for_a_trace(tmp_path: Path) -> None:
+    out = tmp_path / "trace"
+    result = burstscope(
+        *("record", "--source", "netdev:lo", "--line-rate-for", "lo=10"),
+        *("--duration", "0.3", "-o", str(out)),
+    )
+    assert result.returncode == 0, result.stderr
+    report = burstscope("report", str(out), "--json")
+    assert report.returncode == 0, report.stderr
+
+
+@pytest.mark.parametrize(("given", "logged"), [("0.002", "2 ms"), ("500us", "500 us")])
+def test_the_interval_is_logged_with_its_unit(given: str, logged: str, tmp_path: Path) -> None:
+    """A bare number is seconds (documented in --help); the log says what was understood."""
+    out = tmp_path / "trace"
+    result = burstscope(
+        "record", *LOOPBACK, "--interval", given, "--duration", "0.3", "-o", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"sampling 1 port(s) every {logged} into" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["record", "agent", "top", "simulate"])
+def test_interval_help_states_unit_and_default(command: str) -> None:
+    result = burstscope(command, "--help")
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "a bare number is seconds" in text and "(default 1ms" in text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,63 @@ def test_missing_and_binary_files(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(ConfigError, match=r"binary\.toml: not a text file"):
         load_config(str(binary))
+
+
+def _check(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "burstscope", "agent", "--check-config", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+# A host without RDMA: discovery finds no sysfs tree there.
+NO_RDMA = '[source]\nspec = "sysfs"\nsysfs_root = "/nonexistent-sysfs"\ninterval = "1ms"\n'
+
+
+def test_offline_check_needs_no_rdma_ports(tmp_path: Path) -> None:
+    """--check-config runs discovery, so it fails on a host without RDMA; --offline checks
+    the syntax and values only, for configuration management."""
+    config = tmp_path / "agent.toml"
+    config.write_text(NO_RDMA)
+    online = _check(str(config))
+    assert online.returncode == 2 and "/nonexistent-sysfs" in online.stderr
+    offline = _check(str(config), "--offline")
+    assert offline.returncode == 0, offline.stderr
+    assert "configuration is valid" in offline.stdout
+
+
+def test_the_example_configuration_passes_offline() -> None:
+    example = Path(__file__).resolve().parent.parent / "systemd" / "agent.toml.example"
+    result = _check(str(example), "--offline")
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[source]\ninterval = "10us"', "source.interval interval '10us' is outside"),
+        ('[source]\nspec = "sims"', "source.spec unknown source 'sims'"),
+        ('[source]\ninterval = "1ms"\n[sampler]\nspin = "2ms"', "sampler.spin 2 ms must be"),
+        ("[source\n", "not valid TOML"),
+    ],
+)
+def test_offline_check_still_refuses_bad_values(tmp_path: Path, text: str, message: str) -> None:
+    config = tmp_path / "agent.toml"
+    config.write_text(text)
+    result = _check(str(config), "--offline")
+    assert result.returncode == 2, result
+    (line,) = result.stderr.strip().splitlines()
+    assert message in line and str(config) in line and "Traceback" not in result.stderr
+
+
+def test_offline_alone_is_a_usage_error() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "burstscope", "agent", "--offline"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--offline goes with --check-config" in result.stderr

@@ -97,6 +97,7 @@ class Subscriber:
 
     def __init__(self, url: str, *args: str) -> None:
         self.lines: list[dict[str, Any]] = []
+        self.schema_versions: set[Any] = set()  # each line's, taken out of the line
         self.stderr_lines: list[str] = []
         self.process = subprocess.Popen(
             [sys.executable, "-m", "burstscope", "events", "--mqtt", url, "--json", *args],
@@ -112,7 +113,9 @@ class Subscriber:
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
-            self.lines.append(json.loads(line))
+            document = json.loads(line)
+            self.schema_versions.add(document.pop("schema_version", None))
+            self.lines.append(document)
 
     def _watch_stderr(self) -> None:
         assert self.process.stderr is not None
@@ -323,6 +326,7 @@ def test_payloads_of_constructed_bursts(broker: Broker) -> None:
          "first_start_ns": second + 200 * ms, "last_end_ns": second + 210 * ms},
     ]  # fmt: skip
     assert subscriber.events() == expected
+    assert subscriber.schema_versions == {1}
     statuses = [line for line in subscriber.lines if line["topic"].endswith("/status")]
     assert statuses[-1] == {
         "topic": "burstscope/node7/status",

@@ -66,6 +66,18 @@ def test_the_wheel_installs_burstscope_alone(wheel: Path) -> None:
     assert "burstscope/detectors/analyzer.py" in names
 
 
+def test_the_wheel_ships_the_dashboards_data_without_their_scripts(wheel: Path) -> None:
+    """dashboards/generate.py and friends build the JSON; the wheel carries the JSON only
+    ([tool.setuptools.exclude-package-data] alone did not keep them out: found as a
+    namespace package, data-files/dashboards shipped its .py files as modules)."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    shipped = [n for n in names if n.startswith("burstscope/data-files/")]
+    assert "burstscope/data-files/dashboards/grafana/fleet-overview.json" in shipped
+    assert "burstscope/data-files/systemd/agent.toml.example" in shipped
+    assert [n for n in shipped if n.endswith((".py", ".pyc"))] == []
+
+
 def test_the_installed_wheel_runs_the_demo(wheel: Path, tmp_path: Path) -> None:
     """A fresh virtual environment holding the unpacked wheel (what pip install writes, less
     the console script) and, as a plain path, this environment's dependencies: not the

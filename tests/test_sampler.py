@@ -230,6 +230,8 @@ def test_without_cap_sys_nice_the_recording_says_why_scheduling_is_normal(
             "record",
             "--source",
             "netdev:lo",
+            "--line-rate",
+            "10",
             "--duration",
             "0.3",
             "-o",

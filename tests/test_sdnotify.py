@@ -143,14 +143,14 @@ def test_watchdog_pings_only_while_healthy(tmp_path: Path) -> None:
 
 
 def sampler_pid(agent_pid: int) -> int:
-    """The agent's sampler process: a child whose command line is multiprocessing's spawn."""
+    """The agent's sampler process: the child named "burstscope: sampler" (setproctitle)."""
     children: list[int] = []
     for task in Path(f"/proc/{agent_pid}/task").iterdir():
         text = (task / "children").read_text().split()
         children += [int(pid) for pid in text]
     for pid in children:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-        if b"multiprocessing.spawn" in command:
+        if command.strip() == b"burstscope: sampler":
             return pid
     raise AssertionError(f"no sampler among the agent's children {children}")
 

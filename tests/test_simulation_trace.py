@@ -175,8 +175,11 @@ def test_unwritable_or_occupied_output_is_one_line_and_status_2(
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o500)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    # A missing parent is made (test_cli_core); one that is a file cannot be.
     cases = [
-        (tmp_path / "missing" / "trace", "cannot write output"),
+        (a_file / "trace", "cannot write output"),
         (occupied, "not empty"),
     ]
     if os.geteuid() != 0:  # root writes anywhere

@@ -3,15 +3,26 @@ are stored in (4-octet words where every value is a multiple of 4, else bytes)."
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from burstscope.collector.trace import PortColumns, TraceWriter, read_samples
+from burstscope.collector.trace import (
+    PortColumns,
+    SlowRow,
+    TraceError,
+    TraceWriter,
+    read_samples,
+    read_slow,
+)
+from burstscope.collector.trace.schema import FORMAT_VERSION, FORMAT_VERSION_KEY
 
 counter = st.one_of(
     st.integers(0, 2**64 - 1),
@@ -93,3 +104,60 @@ def test_data_counters_are_stored_in_words_and_byte_counters_in_bytes(tmp_path: 
         ("mlx5_0", 1000, 7, 4),
         ("mlx5_0", 2000, 9, 4),
     ]
+
+
+def _trace_with_slow(path: Path) -> None:
+    path.mkdir(exist_ok=True)
+    writer = TraceWriter(path)
+    writer.append([columns("mlx5_0", 1, 0, [(4 * 1000, 4 * 7), (4 * 2000, 4 * 9)])])
+    writer.append_slow([SlowRow(1_000_000, "mlx5_0", 1, "state", 4, None, True)])
+    writer.close()
+
+
+def test_every_piece_states_its_format_version(tmp_path: Path) -> None:
+    """Samples and slow pieces alike: a reader need not guess the columns from their names."""
+    _trace_with_slow(tmp_path)
+    pieces = sorted(tmp_path.glob("part-*.parquet")) + sorted(tmp_path.glob("_slow/*.parquet"))
+    assert len(pieces) == 2
+    for piece in pieces:
+        metadata = pq.read_schema(piece).metadata
+        assert metadata[FORMAT_VERSION_KEY] == str(FORMAT_VERSION).encode(), piece
+
+
+def _restamp(piece: Path, version: bytes) -> None:
+    table = pq.read_table(piece)
+    metadata = {**(table.schema.metadata or {}), FORMAT_VERSION_KEY: version}
+    pq.write_table(table.replace_schema_metadata(metadata), piece)
+
+
+@pytest.mark.parametrize("which", ["part-*.parquet", "_slow/*.parquet"])
+def test_a_piece_of_an_unknown_format_version_is_refused(tmp_path: Path, which: str) -> None:
+    trace = tmp_path / "trace"
+    _trace_with_slow(trace)
+    (piece,) = trace.glob(which)
+    _restamp(piece, b"99")
+    with pytest.raises(TraceError, match="format version '99'"):
+        list(read_samples(trace))
+        read_slow(trace)
+    result = subprocess.run(
+        [sys.executable, "-m", "burstscope", "report", str(trace)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result
+    (line,) = result.stderr.strip().splitlines()
+    assert "format version '99'" in line and piece.name in line
+
+
+def test_a_piece_without_a_version_reads_by_its_columns(tmp_path: Path) -> None:
+    """Traces written before the key existed still read."""
+    _trace_with_slow(tmp_path)
+    for piece in [*tmp_path.glob("part-*.parquet"), *tmp_path.glob("_slow/*.parquet")]:
+        table = pq.read_table(piece)
+        metadata = dict(table.schema.metadata or {})
+        del metadata[FORMAT_VERSION_KEY]
+        pq.write_table(table.replace_schema_metadata(metadata), piece)
+    (samples,) = read_samples(tmp_path)
+    assert samples.xmit_bytes.tolist() == [4000, 8000]
+    assert [s.name for s in read_slow(tmp_path)] == ["state"]

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     agent.start()
     assert agent.server is not None
     print(
-        f"simulated node ({args.profile}): metrics on http://{settings.listen}/metrics, "
+        f"simulated node ({args.profile}): metrics on http://{agent.server.address}/metrics, "
         f"recording to {path}" + (f", events to {args.mqtt}" if args.mqtt else ""),
         file=sys.stderr,
     )

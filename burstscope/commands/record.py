@@ -8,9 +8,15 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from burstscope.arguments import add_source_arguments, sampler_config_from_args, source_from_args
+from burstscope.arguments import (
+    add_source_arguments,
+    format_interval,
+    sampler_config_from_args,
+    source_from_args,
+)
 from burstscope.collector.recorder import record
 from burstscope.collector.sampler import SamplerError
+from burstscope.collector.sources.base import CounterSource
 from burstscope.collector.trace import TraceError, prepare_output
 from burstscope.errors import UsageError
 
@@ -27,11 +33,30 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
+def _refuse_unknown_line_rates(source: CounterSource) -> None:
+    """A port without a line rate at the start is refused here, not by ``report`` later.
+
+    ``report`` divides by the recorded rate and stops on a port that has none, so a trace
+    recorded without one (``--source netdev:lo``: the loopback has no speed) would be
+    recorded for nothing. The agent samples such a port all the same: its figures are live,
+    and a rate may appear while it runs.
+    """
+    for port in source.ports:
+        if port.line_rate_bytes_per_second <= 0:
+            why = f" ({port.rate_problem})" if port.rate_problem else ""
+            raise UsageError(
+                f"{port.device} port {port.port}: line rate unknown{why}, so `report` could "
+                f"not read the trace: give it with --line-rate GBITS (every port) or "
+                f"--line-rate-for {port.device}=GBITS"
+            )
+
+
 def run(args: argparse.Namespace) -> int:
     if args.duration is not None and args.duration <= 0:
         raise UsageError(f"--duration {args.duration:g} must be positive")
     config = sampler_config_from_args(args)
     source = source_from_args(args)
+    _refuse_unknown_line_rates(source)
     path = Path(args.output)
     try:
         prepare_output(path)
@@ -55,7 +80,10 @@ def run(args: argparse.Namespace) -> int:
             should_stop=lambda: stopping,
             source_spec=args.source,
             on_sampling=lambda: print(
-                f"sampling {len(source.ports)} port(s) every {args.interval} into {path}",
+                *(f"burstscope record: {note}" for note in source.notes),
+                f"sampling {len(source.ports)} port(s) every "
+                f"{format_interval(config.interval_ns)} into {path}",
+                sep="\n",
                 file=sys.stderr,
                 flush=True,
             ),

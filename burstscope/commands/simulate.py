@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from burstscope.arguments import DEFAULT_INTERVAL, INTERVAL_HELP
 from burstscope.collector.sampler import parse_interval
 from burstscope.collector.simulation.model import TrafficModel
 from burstscope.collector.simulation.profiles import DEFAULT_PROFILE, PROFILES, profile_named
@@ -31,7 +32,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--duration", type=float, metavar="SECONDS", help="simulated time (--sysfs: run time)"
     )
     parser.add_argument("-o", "--output", metavar="PATH", help="write a trace directory here")
-    parser.add_argument("--interval", default="1ms", help="sampling interval of the trace")
+    parser.add_argument(
+        "--interval",
+        default=DEFAULT_INTERVAL,
+        metavar="DURATION",
+        help=f"{INTERVAL_HELP}, of the trace (default {DEFAULT_INTERVAL})",
+    )
     parser.add_argument(
         "--start",
         default="fixed",

@@ -17,6 +17,7 @@ _REGISTRY = {
     "sim": "burstscope.collector.sources.sim",
     "replay": "burstscope.collector.sources.replay",
 }
+SOURCE_NAMES = tuple(_REGISTRY)  # the NAMEs a SPEC may start with
 
 
 def build_source(spec: str, options: SourceOptions | None = None) -> CounterSource:

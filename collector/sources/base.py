@@ -156,6 +156,9 @@ class CounterSource(Protocol):
     # Ports kept without sampling, with why (a source may leave it at the default, empty).
     unsampled: tuple[UnsampledPort, ...]
     devices: tuple[DeviceInfo, ...]  # board, firmware, HCA type; () where none
+    # What the port selection left out, one line each, for the log at start (a source may
+    # leave it at the default, empty): an --include never drops ports without a word.
+    notes: tuple[str, ...]
 
     def open(self) -> None: ...
 

@@ -383,6 +383,7 @@ class FileCounterSource:
 
     ports: tuple[PortSpec, ...]
     unsampled: tuple[UnsampledPort, ...] = ()
+    notes: tuple[str, ...] = ()
     devices: tuple[DeviceInfo, ...] = ()
     _files: tuple[CounterFiles, ...]
     _reader: PairedFileReader | None = None

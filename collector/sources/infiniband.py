@@ -16,6 +16,7 @@ from burstscope.collector.discovery import (
     DiscoveryError,
     InfiniBandPort,
     discover,
+    filter_summary,
 )
 from burstscope.collector.sources.base import (
     PortSpec,
@@ -52,6 +53,7 @@ class InfiniBandSource(FileCounterSource):
     discovery: Discovery = field(init=False)
     ports: tuple[PortSpec, ...] = field(init=False)
     unsampled: tuple[UnsampledPort, ...] = field(init=False)
+    notes: tuple[str, ...] = field(init=False)
     devices: tuple[DeviceInfo, ...] = field(init=False)
     _files: tuple[CounterFiles, ...] = field(init=False)
 
@@ -60,6 +62,8 @@ class InfiniBandSource(FileCounterSource):
             self.discovery = discover(self.sysfs_root, self.include, self.exclude)
         except DiscoveryError as exc:
             raise SourceError(str(exc)) from None
+        filtered = filter_summary(self.discovery, self.include, self.exclude)
+        self.notes = () if filtered is None else (f"port filter: {filtered}",)
         if not self.discovery.ports:
             where = Path(self.sysfs_root) / "class" / "infiniband"
             why = "; ".join(
@@ -68,6 +72,7 @@ class InfiniBandSource(FileCounterSource):
             raise SourceError(
                 f"no InfiniBand or RoCE port with readable byte counters under {where}"
                 + (f" ({why})" if why else "")
+                + (f"; {filtered}" if filtered else "")
             )
         rates = dict(self.line_rates)
         if self.line_rate_bytes_per_second is not None:

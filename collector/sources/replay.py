@@ -98,6 +98,7 @@ class ReplaySource:
     """Plays a trace back; the trace's first sample lines up with open()."""
 
     unsampled: tuple[UnsampledPort, ...] = ()
+    notes: tuple[str, ...] = ()
     devices: tuple[DeviceInfo, ...] = ()
 
     def __init__(

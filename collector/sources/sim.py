@@ -53,6 +53,7 @@ class SimSource:
     name: str = field(init=False)
     ports: tuple[PortSpec, ...] = field(init=False)
     unsampled: tuple[UnsampledPort, ...] = ()
+    notes: tuple[str, ...] = ()
     devices: tuple[DeviceInfo, ...] = ()
     _cursor: CounterCursor | None = field(init=False, default=None, repr=False)
     _next_status: list[int] = field(init=False, repr=False)

@@ -25,6 +25,7 @@ from burstscope.collector.trace.schema import (
     XMIT_UNITS,
     TraceError,
     TraceInfo,
+    check_format_version,
 )
 
 # Besides one of the time columns: timestamp_us (traces since the compact encoding) or
@@ -88,9 +89,11 @@ def read_info(path: Path) -> TraceInfo:
         with first.open("rb") as handle:
             if handle.read(4) != _PARQUET_MAGIC:
                 return TraceInfo()
-        return TraceInfo.from_metadata(pq.read_schema(first).metadata)
+        metadata = pq.read_schema(first).metadata
     except (OSError, pa.ArrowException):
         return TraceInfo()  # read_samples names the problem with this file
+    check_format_version(first, metadata)
+    return TraceInfo.from_metadata(metadata)
 
 
 def read_samples(path: Path, block_bytes: int = 1 << 24) -> Iterator[PortSamples]:
@@ -170,6 +173,7 @@ def _parquet_batches(file: Path) -> Iterator[pa.RecordBatch]:
         raise TraceError(
             f"{str(file)!r}: not a readable Parquet file (truncated?): {exc}"
         ) from None
+    check_format_version(file, reader.schema_arrow.metadata)
     names = reader.schema_arrow.names
     _check_columns(file, names)
     # read_ns (the sampler's read durations) is for diagnostics, not analysis: not decoded.

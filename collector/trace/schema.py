@@ -126,6 +126,14 @@ GAUGE = "gauge"
 # Pieces and trace directories: owner and group only (the unit's UMask=0027, by hand too).
 PIECE_MODE = 0o640
 DIRECTORY_MODE = 0o750
+# The version of this format, in every piece's key-value metadata (samples and slow), so a
+# reader knows the columns without guessing from their names. 1: timestamp_ns, xmit_bytes
+# and rcv_bytes (pieces without the key are read by their column names, as version 1 was
+# written before the key existed); 2: timestamp_us, xmit_units, rcv_units and unit_bytes.
+# A reader refuses a version it does not know: a newer burstscope wrote it.
+FORMAT_VERSION = 2
+KNOWN_FORMAT_VERSIONS = (1, 2)
+FORMAT_VERSION_KEY = b"burstscope.format_version"
 # Keys of the Parquet key-value metadata (file footer) that describe the trace.
 _INFO_KEYS = {
     "interval_ns": b"burstscope.interval_ns",
@@ -178,6 +186,21 @@ class TraceInfo:
 
 class TraceError(Exception):
     """A trace cannot be written or read; the message names the path and the problem."""
+
+
+def check_format_version(file: object, metadata: dict[bytes, bytes] | None) -> int | None:
+    """The piece's format version (None: written before versions); TraceError if unknown."""
+    raw = (metadata or {}).get(FORMAT_VERSION_KEY)
+    if raw is None:
+        return None
+    text = raw.decode("utf-8", errors="replace")
+    if not text.isdigit() or int(text) not in KNOWN_FORMAT_VERSIONS:
+        known = ", ".join(str(v) for v in KNOWN_FORMAT_VERSIONS)
+        raise TraceError(
+            f"{str(file)!r}: trace format version {text!r} is not one this burstscope reads "
+            f"({known}); read it with the burstscope that wrote it, or a newer one"
+        )
+    return int(text)
 
 
 @dataclass(frozen=True, slots=True)

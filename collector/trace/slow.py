@@ -18,6 +18,7 @@ from burstscope.collector.trace.schema import (
     SLOW_PREFIX,
     SLOW_SCHEMA,
     TraceError,
+    check_format_version,
 )
 from burstscope.detectors.counters import CounterKind, CounterSpec
 
@@ -142,7 +143,9 @@ def _read_piece(file: Path) -> pa.Table:
     """The slow columns of one piece, unchecked. ParquetFile.read in this thread: at ~2,000
     rows, read_table's dataset machinery and thread pool cost twice the decoding."""
     piece = pq.ParquetFile(file)
-    names = piece.schema_arrow.names  # built anew on each access
+    schema = piece.schema_arrow  # built anew on each access
+    check_format_version(file, schema.metadata)
+    names = schema.names
     missing = [n for n in SLOW_COLUMNS if n not in names]
     if missing:
         raise TraceError(f"{str(file)!r}: missing column {missing[0]!r}")

@@ -15,6 +15,8 @@ import pyarrow.parquet as pq
 
 from burstscope.collector.trace.schema import (
     DIRECTORY_MODE,
+    FORMAT_VERSION,
+    FORMAT_VERSION_KEY,
     GAUGE,
     PIECE_MODE,
     PIECE_PREFIX,
@@ -43,7 +45,8 @@ def prepare_output(path: Path) -> None:
         raise TraceError(f"output {str(path)!r} already exists and is not empty")
     try:
         if not path.is_dir():
-            path.mkdir(parents=False)
+            # Missing parents too, like `mkdir -p`: `-o fleet/node-0` on a fresh directory.
+            path.mkdir(parents=True)
             os.chmod(path, DIRECTORY_MODE)  # mkdir's mode is masked by the umask
         probe = path / ".write-test"
         probe.write_bytes(b"")
@@ -117,9 +120,8 @@ class TraceWriter:
     def _write(self, table: pa.Table, name: str, encoding: dict[str, Any] | None = None) -> None:
         final = self.path / name
         temporary = final.with_name(f".{final.name}.tmp")
-        metadata = self.info.metadata()
-        if metadata:
-            table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+        metadata = {FORMAT_VERSION_KEY: str(FORMAT_VERSION).encode(), **self.info.metadata()}
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
         try:
             pq.write_table(table, temporary, **(encoding or {"compression": "zstd"}))
             # Samples of a site's traffic are not for every local user, whatever the umask
