@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -11,6 +12,10 @@ from rich.table import Table
 from burstscope.arguments import LINE_RATE_HINT
 from burstscope.collector.discovery import Discovery
 from burstscope.fitting import fit, left_out
+
+if TYPE_CHECKING:
+    from burstscope.collector.probe import Probe
+    from burstscope.detectors.read_cost import Spread
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,3 +88,65 @@ def print_ports(found: Discovery, root: object, console: Console) -> None:
     for note in notes:
         # One line per note however long, for grep; a terminal folds it where it must.
         console.print(note, highlight=False, soft_wrap=True)
+
+
+# The paced figures are the judgement's basis (the reads as the agent makes them), so they
+# stay; the back-to-back ones leave first, their median before their tail.
+_PROBE_COLUMNS = (
+    _Column("device", 0),
+    _Column("port", 0),
+    _Column("paced p50", 0),
+    _Column("paced p99", 0),
+    _Column("paced max", 1),
+    _Column("b2b p50", 4),
+    _Column("b2b p99", 2),
+    _Column("b2b max", 3),
+)
+
+
+def print_probe(console: Console, probed: Probe) -> None:
+    """``discover --probe``: each port's read cost and the whole tick's, in microseconds, at
+    the console's width like the ports table, then the verdict."""
+    from burstscope.collector.probe import verdict
+
+    def figures(item: Spread | None) -> tuple[str, str, str]:
+        if item is None:
+            return ("-", "-", "-")
+        p50, p99, most = (f"{value / 1e3:.1f}" for value in (item.p50_ns, item.p99_ns, item.max_ns))
+        return (p50, p99, most)
+
+    rows: list[dict[str, str]] = []
+    named = [(escape(spec.device), str(spec.port)) for spec in probed.ports]
+    paired = [
+        (*name, *figures(probed.paced.ports[index]), *figures(probed.back_to_back.ports[index]))
+        for index, name in enumerate(named)
+    ]
+    paired.append(
+        ("whole tick", "", *figures(probed.paced.window), *figures(probed.back_to_back.window))
+    )
+    for values in paired:
+        rows.append({c.header: v for c, v in zip(_PROBE_COLUMNS, values, strict=True)})
+    interval = f"{probed.interval_ns / 1e6:g} ms"
+    title = (
+        f"data counter read cost, us: paced = {probed.paced.ticks} ticks at {interval} in a "
+        f"sampler process, b2b = {probed.back_to_back.ticks} back to back "
+        f"({'compiled' if probed.compiled else 'Python'} tick)"
+    )
+
+    def build(chosen: list[_Column]) -> Table:
+        table = Table(title=title)
+        for column in chosen:
+            numeric = column.header not in ("device", "port")
+            table.add_column(column.header, no_wrap=True, justify="right" if numeric else "left")
+        for row in rows:
+            table.add_row(*(row[c.header] for c in chosen))
+        return table
+
+    table, dropped = fit(_PROBE_COLUMNS, build, console.width)
+    console.print(table)
+    footer = left_out(dropped, console.width)
+    if footer:
+        console.print(footer, highlight=False)
+    console.print(
+        escape(verdict(probed.paced, probed.interval_ns)[0]), highlight=False, soft_wrap=True
+    )

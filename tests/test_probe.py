@@ -9,7 +9,10 @@ a run printed. FUSE adds its own 50-200 us per read, so the delay is millisecond
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -195,3 +198,25 @@ def test_gauge_is_absent_until_judged(sysfs_copy: Path) -> None:
         assert GAUGE not in body
     finally:
         agent.kill()
+
+
+def test_probe_table_fits_80_columns_when_piped(sysfs_copy: Path) -> None:
+    """Piped, the probe's table is 80 columns wide like the ports table: back-to-back columns
+    leave first and the footer names them; device, port and the paced figures stay whole."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    result = subprocess.run(
+        [sys.executable, "-m", "burstscope", "discover", "--sysfs-root", str(sysfs_copy),
+         "--include", "mlx5_[01]", "--probe"],
+        capture_output=True, text=True, timeout=180, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    table = result.stdout[result.stdout.index("data counter read cost") :].splitlines()
+    verdict = [line for line in table if line.startswith("finest honest interval")]
+    assert len(verdict) == 1, result.stdout  # one line however long, for grep
+    assert all(len(line) <= 80 for line in table if line not in verdict), result.stdout
+    body = "\n".join(table)
+    for header in ("device", "port", "paced p50", "paced p99"):
+        assert header in body, result.stdout
+    for device in DEVICES:
+        assert re.search(rf"\b{device}\b", body), result.stdout
+    assert "not shown at 80 columns: " in body and "b2b" in body, result.stdout

@@ -8,8 +8,6 @@ import sys
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from burstscope.arguments import add_port_selection, build_source_from
 from burstscope.collector.discovery import (
@@ -18,12 +16,11 @@ from burstscope.collector.discovery import (
     compile_filter,
     discover,
 )
-from burstscope.discover_view import print_ports
+from burstscope.discover_view import print_ports, print_probe
 from burstscope.errors import UsageError
 
 if TYPE_CHECKING:
     from burstscope.collector.probe import Probe
-    from burstscope.detectors.read_cost import Spread
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -90,39 +87,3 @@ def run_probe(args: argparse.Namespace) -> Probe:
         return probe(source, interval_ns)
     except SamplerError as exc:
         raise UsageError(f"--probe: the sampler failed to start: {exc}") from None
-
-
-def print_probe(console: Console, probed: Probe) -> None:
-    from burstscope.collector.probe import verdict
-
-    def figures(item: Spread | None) -> list[str]:
-        if item is None:
-            return ["-", "-", "-"]
-        return [f"{value / 1e3:.1f}" for value in (item.p50_ns, item.p99_ns, item.max_ns)]
-
-    interval = f"{probed.interval_ns / 1e6:g} ms"
-    table = Table(
-        title=f"data counter read cost, us ({probed.back_to_back.ticks} ticks back to back, "
-        f"{probed.paced.ticks} at {interval}; "
-        f"{'compiled' if probed.compiled else 'Python'} tick)"
-    )
-    table.add_column("device")
-    table.add_column("port")
-    for when in ("back to back", f"at {interval}"):
-        for figure in ("p50", "p99", "max"):
-            table.add_column(f"{when} {figure}", justify="right")
-    for index, spec in enumerate(probed.ports):
-        table.add_row(
-            Text(spec.device),  # a value, never markup
-            str(spec.port),
-            *figures(probed.back_to_back.ports[index]),
-            *figures(probed.paced.ports[index]),
-        )
-    table.add_row(
-        "whole tick",
-        "",
-        *figures(probed.back_to_back.window),
-        *figures(probed.paced.window),
-    )
-    console.print(table)
-    print(verdict(probed.paced, probed.interval_ns)[0])
