@@ -47,7 +47,8 @@ def _refuse_unknown_line_rates(source: CounterSource) -> None:
             raise UsageError(
                 f"{port.device} port {port.port}: line rate unknown{why}, so `report` could "
                 f"not read the trace: give it with --line-rate GBITS (every port) or "
-                f"--line-rate-for {port.device}=GBITS"
+                f"--line-rate-for {port.device}=GBITS, or leave the device out with "
+                f"--exclude"
             )
 
 
