@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,7 @@ from burstscope.collector.mqtt.policy import (
 from burstscope.collector.mqtt.publisher import Backoff
 from burstscope.collector.mqtt.settings import (
     BrokerUrl,
+    MqttSettings,
     MqttSettingsError,
     build_settings,
     parse_broker_url,
@@ -340,3 +342,30 @@ def test_reloading_a_publisher_that_is_not_running_is_an_error_not_a_crash() -> 
     handle = attach_mqtt(pipeline, build_settings("mqtt://127.0.0.1:1"), version=__version__)  # type: ignore[arg-type]
     with pytest.raises(MqttSettingsError, match="not running"):
         handle.reload(build_settings("mqtt://127.0.0.1:2"))
+
+
+def test_a_dropped_connection_is_one_line_not_paho_s_error_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """paho logs a connection reset at ERROR before aiomqtt raises it; the publisher logs
+    the outage itself, once, so paho's copy is demoted to DEBUG; paho's other messages pass."""
+    import asyncio
+    import logging
+
+    import paho.mqtt.client as paho
+
+    from burstscope.collector.mqtt.publisher import client
+
+    settings = MqttSettings("mqtt://127.0.0.1:1", parse_broker_url("mqtt://127.0.0.1:1"))
+
+    async def made() -> Any:  # aiomqtt builds its client on a running loop; none connects
+        return client(settings, None)
+
+    # paho's own logging path (Client._easy_log, as _packet_read calls it on ECONNRESET).
+    log = asyncio.run(made())._client._easy_log
+    with caplog.at_level(logging.INFO):
+        log(paho.MQTT_LOG_ERR, "failed to receive on socket: %s", ConnectionResetError(104, "x"))
+        log(paho.MQTT_LOG_ERR, "some other paho failure")
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("ERROR", "some other paho failure")
+    ]

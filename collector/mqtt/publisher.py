@@ -31,6 +31,26 @@ from burstscope.collector.mqtt.settings import MqttSettings, client_tls_context
 from burstscope.collector.mqtt.spool import Message, Spool
 
 _LOG = logging.getLogger("burstscope.mqtt")
+
+
+class _LossReportedOnce(logging.Filter):
+    """paho logs a connection the broker dropped at ERROR ("failed to receive on socket:
+    [Errno 104] ...", paho/mqtt/client.py _packet_read) just before aiomqtt raises it as an
+    MqttError, which ``_deliver`` logs once with its reason and the retry: the outage is
+    one line, so paho's copy goes to DEBUG. Any other paho message passes as it is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and str(record.msg).startswith(
+            "failed to receive on socket"
+        ):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return _CLIENT_LOG.isEnabledFor(logging.DEBUG)
+        return True
+
+
+# The logger aiomqtt hands to paho (its default is the bare name "mqtt").
+_CLIENT_LOG = logging.getLogger("burstscope.mqtt.client")
+_CLIENT_LOG.addFilter(_LossReportedOnce())
 BATCH = 64
 ACK_TIMEOUT_SECONDS = 5.0
 # CONNACK refusals that retrying cannot fix (MQTT 5 reason codes; paho maps 3.1.1's 4 and 5).
@@ -108,6 +128,7 @@ def client(settings: MqttSettings, tls: ssl.SSLContext | None, **options: Any) -
         password=settings.password,
         keepalive=settings.keepalive_seconds,
         tls_context=tls,
+        logger=_CLIENT_LOG,
         **options,
     )
 
