@@ -7,11 +7,10 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from burstscope.arguments import LINE_RATE_HINT
 from burstscope.collector.discovery import Discovery
-from burstscope.fitting import fit, left_out
+from burstscope.fitting import print_fitted
 
 if TYPE_CHECKING:
     from burstscope.collector.probe import Probe
@@ -68,23 +67,13 @@ def print_ports(found: Discovery, root: object, console: Console) -> None:
         notes += [f"{escape(port.device)}/{port.port}: {escape(note)}" for note in said]
     longest = max((len(row["device"]) for row in cells), default=6)
 
-    def build(chosen: list[_Column]) -> Table:
-        table = Table(title=f"RDMA ports under {escape(str(root))}")
-        for column in chosen:
-            table.add_column(
-                column.header,
-                no_wrap=True,
-                min_width=longest if column.header == "device" else None,
-            )
-        for row in cells:
-            table.add_row(*(row[c.header] for c in chosen))
-        return table
-
-    table, dropped = fit(_COLUMNS, build, console.width)
-    console.print(table)
-    footer = left_out(dropped, console.width)
-    if footer:
-        console.print(footer, highlight=False)
+    print_fitted(
+        console,
+        f"RDMA ports under {escape(str(root))}",
+        _COLUMNS,
+        cells,
+        lambda c: {"min_width": longest if c.header == "device" else None},
+    )
     for note in notes:
         # One line per note however long, for grep; a terminal folds it where it must.
         console.print(note, highlight=False, soft_wrap=True)
@@ -133,20 +122,13 @@ def print_probe(console: Console, probed: Probe) -> None:
         f"({'compiled' if probed.compiled else 'Python'} tick)"
     )
 
-    def build(chosen: list[_Column]) -> Table:
-        table = Table(title=title)
-        for column in chosen:
-            numeric = column.header not in ("device", "port")
-            table.add_column(column.header, no_wrap=True, justify="right" if numeric else "left")
-        for row in rows:
-            table.add_row(*(row[c.header] for c in chosen))
-        return table
-
-    table, dropped = fit(_PROBE_COLUMNS, build, console.width)
-    console.print(table)
-    footer = left_out(dropped, console.width)
-    if footer:
-        console.print(footer, highlight=False)
+    print_fitted(
+        console,
+        title,
+        _PROBE_COLUMNS,
+        rows,
+        lambda c: {"justify": "left" if c.header in ("device", "port") else "right"},
+    )
     console.print(
         escape(verdict(probed.paced, probed.interval_ns)[0]), highlight=False, soft_wrap=True
     )

@@ -7,8 +7,8 @@ columns a wider terminal would show.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from rich.console import Console
 from rich.measure import Measurement
@@ -54,3 +54,28 @@ def left_out(dropped: Sequence[Prioritised], width: int) -> str | None:
         return None
     names = ", ".join(" ".join(c.header.split()) for c in dropped)
     return f"not shown at {width} columns: {names}"
+
+
+def print_fitted(
+    console: Console,
+    title: str,
+    columns: Sequence[C],
+    rows: Sequence[Mapping[str, Any]],
+    options: Callable[[C], dict[str, Any]],
+) -> None:
+    """``rows`` (cells by header) as a table at the console's width, then the footer naming
+    the columns left out. ``options``: rich's add_column keywords for a column."""
+
+    def build(chosen: list[C]) -> Table:
+        table = Table(title=title)
+        for column in chosen:
+            table.add_column(column.header, no_wrap=True, **options(column))
+        for row in rows:
+            table.add_row(*(row[c.header] for c in chosen))
+        return table
+
+    table, dropped = fit(columns, build, console.width)
+    console.print(table)
+    footer = left_out(dropped, console.width)
+    if footer:
+        console.print(footer, highlight=False)

@@ -8,13 +8,12 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from burstscope.detectors.analyzer import Summary
 from burstscope.detectors.config import NS_PER_SECOND, Thresholds
 from burstscope.detectors.congestion import CongestionShare
 from burstscope.detectors.contrast import contrast
-from burstscope.fitting import fit, left_out
+from burstscope.fitting import print_fitted
 from burstscope.report_model import DirectionReport, Fleet, NodeContrast, PortReport, Report
 from burstscope.wording import partial_window, scale_label, verdict
 
@@ -256,24 +255,14 @@ def print_fleet(fleet: Fleet, console: Console) -> None:
         )
     )
 
-    def build(chosen: list[_Column]) -> Table:
-        table = Table(
-            title="fleet: saturated milliseconds, what 15-second windows hide, who shares"
-        )
-        for column in chosen:
-            # No cell is cut: a node's name or a figure cut short misleads.
-            table.add_column(
-                column.header, justify="left" if column.header == "node" else "right", no_wrap=True
-            )
-        for row in cells:
-            table.add_row(*(row[columns.index(c)] for c in chosen))
-        return table
-
-    table, dropped = fit(columns, build, console.width)
-    console.print(table)
-    footer = left_out(dropped, console.width)
-    if footer:
-        console.print(footer, highlight=False)
+    print_fitted(
+        console,
+        "fleet: saturated milliseconds, what 15-second windows hide, who shares",
+        columns,
+        [{c.header: cell for c, cell in zip(columns, row, strict=True)} for row in cells],
+        # No cell is cut: a node's name or a figure cut short misleads.
+        lambda c: {"justify": "left" if c.header == "node" else "right"},
+    )
     busiest = ", ".join(
         f"{k} nodes {ms} ms" for k, ms in enumerate(sync.concurrent_ms) if k >= 1 and ms
     )
@@ -403,25 +392,14 @@ def print_table(report: Report, console: Console | None = None) -> None:
             ]
     longest = max(len(printable(port.label)) for port in report.ports)
 
-    def build(chosen: list[_Column]) -> Table:
-        table = Table(title="burstscope report: millisecond bursts beside the 15-second average")
-        for column in chosen:
-            table.add_column(
-                column.header,
-                justify=column.justify,  # type: ignore[arg-type]
-                no_wrap=True,
-                # The port names the row: never cut, whatever the width.
-                min_width=longest if column.header == "port" else None,
-            )
-        for row in cells:
-            table.add_row(*(row[c.header] for c in chosen))
-        return table
-
-    table, dropped = fit(columns, build, console.width)
-    console.print(table)
-    footer = left_out(dropped, console.width)
-    if footer:
-        console.print(footer, highlight=False)
+    print_fitted(
+        console,
+        "burstscope report: millisecond bursts beside the 15-second average",
+        columns,
+        cells,
+        # The port names the row: never cut, whatever the width.
+        lambda c: {"justify": c.justify, "min_width": longest if c.header == "port" else None},
+    )
     for line in verdicts:
         console.print(line, highlight=False)
     shortest = min(
