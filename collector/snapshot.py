@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from burstscope.collector.discovery import DeviceInfo
+from burstscope.collector.jobs.model import EMPTY_TABLE, JobFigures, JobTable
 from burstscope.collector.recording import RecordingHealth
 from burstscope.collector.slow_poller import SlowSnapshot
 from burstscope.collector.sources.base import PortSpec, UnsampledPort
@@ -103,3 +104,7 @@ class Snapshot:
     recording: RecordingHealth | None = None
     unsampled: tuple[UnsampledPort, ...] = ()  # kept ports not sampled, with why
     devices: tuple[DeviceInfo, ...] = ()
+    # The jobs holding this node's ports now (collector.jobs), and each running job's
+    # totals by job_id; empty where attribution is off or no job runs.
+    jobs: JobTable = EMPTY_TABLE
+    job_figures: dict[str, JobFigures] = field(default_factory=dict)
