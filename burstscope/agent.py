@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from burstscope import __version__
 from burstscope.arguments import LINE_RATE_HINT, build_source_from
+from burstscope.attribution import JobSettings, build_watcher, job_settings
 from burstscope.collector.config import AgentConfig, ConfigError, load_config, spin_problem
 from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
 from burstscope.collector.exporter import PEAK_WINDOWS, BurstscopeCollector
@@ -42,6 +43,7 @@ from burstscope.mqtt_arguments import mqtt_settings_from_args
 from burstscope.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
 
 if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs it
+    from burstscope.collector.jobs.watcher import JobWatcher
     from burstscope.collector.trace import TraceWriter
 
 _LOG = logging.getLogger("burstscope.agent")
@@ -67,6 +69,7 @@ class AgentSettings:
     line_rate_gbits: float | None = None  # --line-rate / line_rate_gbits, if given
     line_rates_gbits: tuple[tuple[str, float], ...] = ()  # [source.line_rates], --line-rate-for
     ethtool: bool | None = None  # --ethtool / source.ethtool, if given
+    jobs: JobSettings = field(default_factory=JobSettings)  # [jobs], --slurm-jobs-dir, ...
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
@@ -153,6 +156,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         line_rate_gbits=line_rate,
         line_rates_gbits=tuple(sorted(line_rates.items())),
         ethtool=ethtool,
+        jobs=job_settings(config.get, args),
     )
 
 
@@ -257,6 +261,7 @@ class Agent:
         ProcessCollector(registry=self.registry)
         self.mqtt: MqttHandle | None = None
         self.server: MetricsServer | None = None
+        self.jobs: JobWatcher | None = None
 
     def start(self) -> None:
         # Bind first: a port in use is bad input and should fail before sampling starts.
@@ -271,6 +276,7 @@ class Agent:
             raise UsageError(f"sampler failed to start: {exc}") from None
         for note in self.pipeline.tuning_notes():
             _LOG.info("sampler: %s", note)
+        self._start_jobs()
         if self.settings.mqtt is not None:
             self.mqtt = attach_mqtt(
                 self.pipeline, self.settings.mqtt, self.collector, version=__version__
@@ -283,9 +289,20 @@ class Agent:
                 self.server.close()
                 raise UsageError(str(exc)) from None
 
+    def _start_jobs(self) -> None:
+        """Job attribution, when on and this node has a job source (collector.jobs)."""
+        settings = self.settings
+        self.jobs = build_watcher(settings.jobs, settings.source.ports, settings.sysfs_root)
+        if self.jobs is None:
+            return
+        self.pipeline.jobs = self.jobs.table
+        self.jobs.start()
+
     def stop(self) -> None:
         if self.mqtt is not None:
             self.mqtt.stop()  # publishes the offline status while the pipeline still runs
+        if self.jobs is not None:
+            self.jobs.stop()
         self.pipeline.close()
         if self.server is not None:
             self.server.close()
@@ -305,6 +322,7 @@ def _restart_only(settings: AgentSettings) -> dict[str, Any]:
         "sampler": (sampler.realtime_priority, sampler.cpu, sampler.spin_ns),
         "listen.address": settings.listen,
         "listen TLS": settings.tls,
+        "jobs": settings.jobs,
         "recording": (
             settings.recording_dir,
             settings.recording_piece_seconds,

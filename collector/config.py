@@ -11,6 +11,10 @@ Layout (all tables and keys optional; command-line flags override the file)::
     [mqtt]        url, username, password, ca_file, cert_file, key_file, spool_dir,
                   spool_messages, merge_gap, max_events_per_second
     [recording]   path, piece_seconds, max_bytes, max_age
+    [jobs]        enabled, slurm_dir, slurm_max_age, kubelet_socket, kubernetes_api,
+                  kubernetes_token_file, kubernetes_ca_file, storage_devices, gres_conf,
+                  proc_root
+    [jobs.rdma_resources]  RESOURCE = [DEVICE, ...] (a shared RDMA resource's devices)
 
 ``parse_config`` checks each value on its own (types, finite numbers, ranges, durations,
 URLs); what depends on several values or on the machine (the source SPEC and its ports, the
@@ -163,6 +167,24 @@ def _readable_file(value: Any) -> str:
     return text
 
 
+def _strings(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise ValueError("must be a list of names")
+    return tuple(value)
+
+
+def _rdma_resources(value: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, dict):
+        raise ValueError("must be a table of RESOURCE = [DEVICE, ...] ([jobs.rdma_resources])")
+    resources = {}
+    for name, devices in value.items():
+        try:
+            resources[name] = _strings(devices)
+        except ValueError as exc:
+            raise ValueError(f"{name} {exc}") from None
+    return resources
+
+
 # table -> key -> validator. Unknown tables and keys are errors: a typo must not be ignored.
 SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
     "source": {
@@ -208,6 +230,22 @@ SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
         "piece_seconds": _number(0.1, 3600.0, " s"),
         "max_bytes": _size,
         "max_age": _age,
+    },
+    "jobs": {
+        "enabled": _boolean,
+        # Where the shipped Slurm prolog writes one file per job (systemd/slurm/).
+        "slurm_dir": _string,
+        # A job file older than this is taken as ended when Slurm cannot be asked.
+        "slurm_max_age": _age,
+        "kubelet_socket": _string,
+        "kubernetes_api": _string,
+        "kubernetes_token_file": _readable_file,
+        "kubernetes_ca_file": _readable_file,
+        "rdma_resources": _rdma_resources,
+        # Ports of these devices are held by the jobs but reported apart (storage NICs).
+        "storage_devices": _strings,
+        "gres_conf": _readable_file,
+        "proc_root": _string,
     },
 }
 

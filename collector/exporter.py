@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+from burstscope.collector.jobs.model import JobFigures
 from burstscope.collector.slow_poller import READ_BUCKETS_SECONDS, CounterState
 from burstscope.collector.snapshot import (
     TIMING_BUCKETS_SECONDS,
@@ -155,6 +156,22 @@ HELP: dict[str, str] = {
     "burstscope_source_errors_total": "Failed opens, polls or files of a slow source.",
     "burstscope_scrape_duration_seconds": "How long the previous scrape took to build.",
     "burstscope_info": "burstscope version and source (value 1).",
+    "burstscope_job_info": "A job running on this node (value 1), one series per job: "
+    "scheduler (slurm, kubernetes), user and name as the scheduler states them (Slurm's "
+    "prolog, the kubelet's pod-resources API); namespace and pod for Kubernetes. Absent when "
+    "no job runs or attribution is off.",
+    "burstscope_job_port": "A port held by a running job (value 1): role compute (counted in "
+    "the job's figures) or storage (configured, reported apart); rule says what decided: "
+    "whole_node, pcie_switch (the NIC shares a PCIe switch with the job's GPU), numa_node, "
+    "device (given to the pod), resource (a shared RDMA resource, by configuration).",
+    "burstscope_job_saturated_seconds_total": "Saturated time of the job's compute ports on "
+    "this node, both directions summed, since the job started here (attributed per drain, "
+    "1 s).",
+    "burstscope_job_hidden_saturated_seconds_total": "Hidden saturated time (saturated inside "
+    "quiet 15 s windows) of the job's compute ports, both directions, since it started here; "
+    "counted when its 15 s window closes.",
+    "burstscope_job_burst_bytes_total": "Bytes inside bursts that ended on the job's compute "
+    "ports, both directions, since the job started here.",
     "burstscope_mqtt_connected": "1 while the agent is connected to its MQTT broker.",
     "burstscope_mqtt_spool_messages": "MQTT messages waiting for the broker, oldest first.",
     "burstscope_mqtt_dropped_messages_total": "MQTT messages dropped, oldest first, because "
@@ -253,6 +270,37 @@ class _Families:
         family.add_metric(values, buckets, total)  # type: ignore[attr-defined]
 
 
+def _job_families(out: _Families, snap: Snapshot) -> None:
+    """Four series per running job and one per port it holds (the ledger in
+    dashboards/README.md); nothing of a job that ended."""
+    for job in snap.jobs.jobs:
+        out.gauge(
+            "burstscope_job_info",
+            ("job_id", "scheduler", "user", "name", "namespace", "pod"),
+            [job.job_id, job.scheduler, job.user, job.name, job.namespace, job.pod],
+            1,
+        )
+        figures = snap.job_figures.get(job.job_id, JobFigures())
+        key = [job.job_id]
+        out.counter(
+            "burstscope_job_saturated_seconds_total", ("job_id",), key, figures.saturated_seconds
+        )
+        out.counter(
+            "burstscope_job_hidden_saturated_seconds_total",
+            ("job_id",),
+            key,
+            figures.hidden_saturated_seconds,
+        )
+        out.counter("burstscope_job_burst_bytes_total", ("job_id",), key, figures.burst_bytes)
+    for holding in snap.jobs.holdings:
+        out.gauge(
+            "burstscope_job_port",
+            ("job_id", *PORT, "role", "rule"),
+            [holding.job_id, holding.device, str(holding.port), holding.role, holding.rule],
+            1,
+        )
+
+
 class BurstscopeCollector(Collector):
     """Yields every family from one snapshot per scrape."""
 
@@ -286,6 +334,7 @@ class BurstscopeCollector(Collector):
         self._ports(out, snap)
         self._slow(out, snap)
         self._health(out, snap)
+        _job_families(out, snap)
         out.gauge("burstscope_scrape_duration_seconds", (), [], self._previous_scrape_seconds)
         out.gauge("burstscope_info", ("version", "source"), [self._version, snap.source], 1)
         families = list(out.families.values())

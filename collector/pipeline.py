@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from burstscope.collector.intake import DRAIN_SECONDS, Intake, Taken
+from burstscope.collector.jobs.accounting import JobAccounts
+from burstscope.collector.jobs.model import EMPTY_TABLE, JobTable
 from burstscope.collector.probe import ReadCost, judge_ring, verdict
 from burstscope.collector.recording import Recording
 from burstscope.collector.ring import Field, Ring
@@ -127,6 +129,10 @@ class Pipeline:
         self._ticks_before = 0
         self._missed_before = 0
         self.on_fatal: Callable[[str], None] = lambda reason: None
+        # The job table in force (collector.jobs.watcher), when attribution is on: each
+        # drain adds its increments to the jobs holding each port then.
+        self.jobs: Callable[[], JobTable] | None = None
+        self.job_accounts = JobAccounts()
         self.supervisor = Supervisor(self, lambda reason: self.on_fatal(reason))
 
     @property
@@ -252,11 +258,30 @@ class Pipeline:
                 seconds = taken.read_ns / 1e9
                 self._reads += cumulative_counts(seconds, TIMING_BUCKETS_SECONDS)
                 self._read_sum += float(seconds.sum())
+            if self.jobs is not None:
+                self.job_accounts.add(self.jobs(), self._port_totals())
         if self.read_cost is None:
             self._judge_reads()
         for spec, direction, bursts in closed:
             for listener in self.listeners:
                 listener(spec, direction, bursts)
+
+    def _port_totals(self) -> list[tuple[str, int, int, int, int]]:
+        """Each port's cumulative saturated and hidden saturated ns and burst bytes, both
+        directions summed, for the per-job figures."""
+        totals = []
+        for state in self._ports:
+            analyzers = state.analyzers or {}
+            totals.append(
+                (
+                    state.spec.device,
+                    state.spec.port,
+                    sum(analyzer.saturated_ns for analyzer in analyzers.values()),
+                    sum(analyzer.hidden_saturated_ns for analyzer in analyzers.values()),
+                    sum(live.burst_bytes for live in state.live.values()),
+                )
+            )
+        return totals
 
     def _judge_reads(self) -> None:
         """Once: the finest interval the sampler's first seconds of reads leave honest
@@ -356,6 +381,8 @@ class Pipeline:
                 else 0,
             )
             now = self._views_now_ns
+            figures = self.job_accounts.figures() if self.jobs is not None else {}
+        jobs = self.jobs() if self.jobs is not None else EMPTY_TABLE
         slow = self.slow.snapshot() if self.slow is not None else None
         recording = self.trace.health() if self.trace is not None else None
         source = self.source
@@ -369,6 +396,8 @@ class Pipeline:
             recording,
             source.unsampled,
             source.devices,
+            jobs,
+            figures,
         )
 
     def _view(self, state: _PortState) -> PortView:

@@ -109,8 +109,10 @@ def test_every_help_family_is_declared_once(fixture_scrape: str) -> None:
     # MQTT families appear only when the agent publishes to a broker.
     # Recording families appear only when the agent records; refused readings only once a
     # file returned something no counter can hold; the finest honest interval once the
-    # sampler's first 2 s are judged (tests/test_probe.py).
+    # sampler's first 2 s are judged (tests/test_probe.py); job families only while a job
+    # runs (tests/test_jobs_*.py).
     conditional = (
+        "burstscope_job_",
         "burstscope_mqtt_",
         "burstscope_recording_",
         "burstscope_port_refused_",

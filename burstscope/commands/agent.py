@@ -54,6 +54,24 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="also record every sample: one trace per run in DIR/<start time>/",
     )
+    parser.add_argument(
+        "--slurm-jobs-dir",
+        metavar="DIR",
+        help="where the shipped Slurm prolog writes one file per job "
+        "(default /run/burstscope/jobs; absent: no Slurm jobs)",
+    )
+    parser.add_argument(
+        "--kubelet-socket",
+        metavar="PATH",
+        help="the kubelet's pod-resources socket (default "
+        "/var/lib/kubelet/pod-resources/kubelet.sock; absent: no Kubernetes jobs)",
+    )
+    parser.add_argument(
+        "--no-jobs",
+        action="store_true",
+        default=None,
+        help="no job attribution (Slurm, Kubernetes), whatever the configuration says",
+    )
     add_mqtt_arguments(parser)
 
 

@@ -1,0 +1,139 @@
+"""The agent's job attribution: its settings, and the watcher built from them.
+
+Sources are optional by nature: a node without Slurm's prolog directory or the kubelet's
+pod-resources socket simply has no jobs from it, said once in the log. The Kubernetes client
+needs grpcio (the ``kubernetes`` extra): without it that source is off, with one log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from burstscope.collector.jobs.model import JobSource
+from burstscope.collector.jobs.watcher import JobWatcher
+from burstscope.collector.sources.base import PortSpec
+
+_LOG = logging.getLogger("burstscope.jobs")
+
+DEFAULT_SLURM_DIR = "/run/burstscope/jobs"
+DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_PROC_ROOT = "/proc"
+# [jobs] keys handed to the Kubernetes source without their prefix.
+KUBERNETES_KEYS = ("kubernetes_api", "kubernetes_token_file", "kubernetes_ca_file")
+
+
+@dataclass(frozen=True, slots=True)
+class JobSettings:
+    """[jobs] in the configuration file, with --slurm-jobs-dir, --kubelet-socket, --no-jobs."""
+
+    enabled: bool = True
+    slurm_dir: str = DEFAULT_SLURM_DIR
+    slurm_max_age_seconds: float | None = None  # None: the Slurm source's default
+    kubelet_socket: str = DEFAULT_KUBELET_SOCKET
+    # Options passed to the Kubernetes source as given ([jobs] kubernetes_* keys).
+    kubernetes: tuple[tuple[str, Any], ...] = ()
+    # RDMA shared device plugin resources: resource name -> the RDMA devices it hands out.
+    rdma_resources: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    storage_devices: tuple[str, ...] = ()
+    gres_conf: str | None = None
+    proc_root: str = DEFAULT_PROC_ROOT
+    poll_seconds: float = 0.25
+
+
+def job_settings(config_get: Any, args: Any) -> JobSettings:
+    """The settings in force: flags over the file's [jobs] table over defaults."""
+
+    def pick(flag: str, key: str, default: Any) -> Any:
+        value = getattr(args, flag, None)
+        return value if value is not None else config_get("jobs", key, default)
+
+    enabled = config_get("jobs", "enabled", True) and not getattr(args, "no_jobs", False)
+    kubernetes = tuple(
+        (key.removeprefix("kubernetes_"), config_get("jobs", key))
+        for key in KUBERNETES_KEYS
+        if config_get("jobs", key) is not None
+    )
+    resources = config_get("jobs", "rdma_resources", {})
+    return JobSettings(
+        enabled=bool(enabled),
+        slurm_dir=pick("slurm_jobs_dir", "slurm_dir", DEFAULT_SLURM_DIR),
+        slurm_max_age_seconds=config_get("jobs", "slurm_max_age", None),
+        kubelet_socket=pick("kubelet_socket", "kubelet_socket", DEFAULT_KUBELET_SOCKET),
+        kubernetes=kubernetes,
+        rdma_resources=tuple(sorted((name, tuple(devs)) for name, devs in resources.items())),
+        storage_devices=tuple(config_get("jobs", "storage_devices", ())),
+        gres_conf=config_get("jobs", "gres_conf", None),
+        proc_root=config_get("jobs", "proc_root", DEFAULT_PROC_ROOT),
+    )
+
+
+def job_sources(settings: JobSettings) -> list[JobSource]:
+    """The sources this node has; each absent one said once."""
+    sources: list[JobSource] = []
+    if os.path.isdir(settings.slurm_dir):
+        from burstscope.collector.jobs.slurm import SlurmJobs
+
+        kwargs: dict[str, Any] = {}
+        if settings.slurm_max_age_seconds is not None:
+            kwargs["max_age_seconds"] = settings.slurm_max_age_seconds
+        sources.append(SlurmJobs(settings.slurm_dir, **kwargs))
+        _LOG.info(
+            "jobs: reading Slurm jobs from %s (the shipped prolog writes them)", settings.slurm_dir
+        )
+    else:
+        _LOG.info(
+            "jobs: no Slurm job directory %s (install the prolog and epilog, or set "
+            "--slurm-jobs-dir): no Slurm jobs",
+            settings.slurm_dir,
+        )
+    if os.path.exists(settings.kubelet_socket):
+        try:
+            from burstscope.collector.jobs.kubernetes import PodResourcesJobs
+        except ImportError as exc:
+            _LOG.warning(
+                "jobs: kubelet socket %s present but the Kubernetes client cannot load (%s; "
+                "install burstscope[kubernetes]): no Kubernetes jobs",
+                settings.kubelet_socket,
+                exc,
+            )
+        else:
+            sources.append(
+                PodResourcesJobs(
+                    settings.kubelet_socket,
+                    rdma_resources=dict(settings.rdma_resources),
+                    **dict(settings.kubernetes),
+                )
+            )
+            _LOG.info("jobs: reading pods from the kubelet at %s", settings.kubelet_socket)
+    else:
+        _LOG.info(
+            "jobs: no kubelet pod-resources socket at %s: no Kubernetes jobs",
+            settings.kubelet_socket,
+        )
+    return sources
+
+
+def build_watcher(
+    settings: JobSettings, ports: Sequence[PortSpec], sysfs_root: str
+) -> JobWatcher | None:
+    """The watcher for this node, or None when attribution is off or no source exists."""
+    if not settings.enabled:
+        _LOG.info("jobs: attribution off (--no-jobs or [jobs] enabled = false)")
+        return None
+    sources = job_sources(settings)
+    if not sources:
+        return None
+    from burstscope.collector.jobs.topology import Topology
+
+    topology = Topology.from_system(
+        sysfs_root,
+        settings.proc_root,
+        ports,
+        storage_devices=settings.storage_devices,
+        gres_conf=settings.gres_conf,
+    )
+    return JobWatcher(sources, topology.resolve, settings.poll_seconds)
