@@ -7,8 +7,23 @@ from typing import Any
 
 import pytest
 
+from burstscope.collector.jobs.model import (
+    COMPUTE,
+    EMPTY_TABLE,
+    KUBERNETES,
+    RULE_NUMA_NODE,
+    RULE_PCIE_SWITCH,
+    RULE_WHOLE_NODE,
+    SLURM,
+    STORAGE,
+    Holding,
+    Job,
+    JobTable,
+)
+from burstscope.collector.mqtt.jobs import JobTag, job_events, port_tags
 from burstscope.collector.mqtt.messages import (
     Identity,
+    burst_payload,
     link_event_payload,
     port_topic,
     status_topic,
@@ -30,7 +45,7 @@ from burstscope.collector.mqtt.settings import (
     parse_broker_url,
 )
 from burstscope.collector.mqtt.spool import MemorySpool, Message, SqliteSpool
-from burstscope.detectors.link_events import LinkEventDeriver, PortReading
+from burstscope.detectors.link_events import LinkDowned, LinkEvent, LinkEventDeriver, PortReading
 from burstscope.fleet_events import FleetView, SequenceTracker, Verdict
 from tests.test_cli_core import assert_usage_error, burstscope
 
@@ -89,8 +104,14 @@ def test_bad_mqtt_input_is_one_line_and_status_2(args: list[str], fragment: str)
     assert_usage_error(burstscope(*args, timeout=30), fragment)
 
 
-def burst(start_ms: float, end_ms: float, size: int = 1000, peak: float = 0.9) -> BurstRecord:
-    return BurstRecord(round(start_ms * MS), round(end_ms * MS), size, peak, 0.7)
+def burst(
+    start_ms: float,
+    end_ms: float,
+    size: int = 1000,
+    peak: float = 0.9,
+    jobs: tuple[JobTag, ...] = (),
+) -> BurstRecord:
+    return BurstRecord(round(start_ms * MS), round(end_ms * MS), size, peak, 0.7, jobs=jobs)
 
 
 def run_policy(
@@ -243,9 +264,83 @@ def test_link_events_from_successive_readings() -> None:
         assert payloads == [
             {"kind": kind, "host": "node1", "device": "mlx5_0", "port": 1, "time_ns": second * S}
             | details
-            | {"run": 7}
+            | {"jobs": [], "run": 7}
             for kind, details in expected
         ]
+
+
+# -- jobs on the bus -----------------------------------------------------------------------
+
+ALICE = Job("4242", SLURM, "alice", "llama-pretrain", nodes="gpu-[001-004]", start_time=1e9)
+BOB = Job("team-a/eval", KUBERNETES, "", "eval", namespace="team-a", pod="eval-0")
+SHARED = JobTable.build(
+    [ALICE, BOB],
+    [
+        Holding("4242", "mlx5_0", 1, COMPUTE, RULE_PCIE_SWITCH),
+        Holding("4242", "mlx5_4", 1, STORAGE, RULE_WHOLE_NODE),
+        Holding("team-a/eval", "mlx5_0", 1, COMPUTE, RULE_NUMA_NODE),  # a port two jobs share
+    ],
+)
+ALICE_TAG = JobTag("4242", SLURM, "alice", "llama-pretrain", COMPUTE)
+BOB_TAG = JobTag("team-a/eval", KUBERNETES, "", "eval", COMPUTE)
+
+
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [
+        ("mlx5_0", (ALICE_TAG, BOB_TAG)),
+        ("mlx5_4", (JobTag("4242", SLURM, "alice", "llama-pretrain", STORAGE),)),
+        ("mlx5_1", ()),  # no job holds it: "jobs": []
+    ],
+)
+def test_events_name_every_job_holding_the_port(device: str, expected: tuple[JobTag, ...]) -> None:
+    assert port_tags(SHARED, device, 1) == expected
+    identity = Identity("node1", 7, "1.0", 0.0, ((device, 1),), 0.5)
+    payload = burst_payload(identity, device, 1, "transmit", burst(0, 10, jobs=expected))
+    assert payload["jobs"] == [
+        {"job_id": t.job_id, "scheduler": t.scheduler, "user": t.user, "name": t.name,
+         "role": t.role}
+        for t in expected
+    ]  # fmt: skip
+    event = LinkEvent(device, 1, 5 * S, LinkDowned(1))
+    assert link_event_payload(identity, event, expected)["jobs"] == payload["jobs"]
+
+
+def test_a_merged_burst_names_the_jobs_of_its_end_and_a_summary_all_of_them() -> None:
+    """The table in force when a burst ended: a merge takes its last part's; a window's
+    summary names every job its counted bursts were under, once each."""
+    first, second = burst(0, 10, jobs=(ALICE_TAG,)), burst(12, 20, jobs=(BOB_TAG,))
+    (merged,) = run_policy(POLICY, [([first, second], 20), ([], 500)])[1]
+    assert isinstance(merged, BurstRecord) and merged.jobs == (BOB_TAG,)
+    crowded = [burst(i * 100, i * 100 + 10, jobs=(ALICE_TAG,)) for i in range(4)]
+    crowded += [burst(i * 100, i * 100 + 10, jobs=(BOB_TAG, ALICE_TAG)) for i in range(4, 6)]
+    *_, summary = run_policy(POLICY, [(crowded, 600), ([], 1200)])[1]
+    assert isinstance(summary, BurstSummary) and summary.jobs == (ALICE_TAG, BOB_TAG)
+
+
+def test_job_events_say_what_started_changed_and_ended() -> None:
+    identity = Identity("node1", 7, "1.0", 0.0, (), 0.5)
+    alone = JobTable.build([ALICE], [Holding("4242", "mlx5_0", 1, COMPUTE, RULE_PCIE_SWITCH)])
+    assert job_events(identity, EMPTY_TABLE, EMPTY_TABLE, S) == []
+    assert job_events(identity, SHARED, SHARED, S) == []
+    started = job_events(identity, EMPTY_TABLE, alone, S)
+    assert started == [
+        {"kind": "job_started", "host": "node1", "time_ns": S, "job_id": "4242",
+         "scheduler": "slurm", "user": "alice", "name": "llama-pretrain", "step": "",
+         "nodes": "gpu-[001-004]", "start_time": 1e9, "namespace": "", "pod": "",
+         "ports": [{"device": "mlx5_0", "port": 1, "role": "compute", "rule": "pcie_switch"}],
+         "run": 7},
+    ]  # fmt: skip
+    changes = job_events(identity, alone, SHARED, 2 * S)  # alice gains storage, bob starts
+    assert [(e["kind"], e["job_id"], len(e["ports"])) for e in changes] == [
+        ("job_changed", "4242", 2),
+        ("job_started", "team-a/eval", 1),
+    ]
+    ended = job_events(identity, SHARED, EMPTY_TABLE, 3 * S)
+    assert [(e["kind"], e["job_id"], len(e["ports"])) for e in ended] == [
+        ("job_ended", "4242", 2),  # with the ports it held
+        ("job_ended", "team-a/eval", 1),
+    ]
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])

@@ -272,18 +272,24 @@ def test_outage_of_ten_seconds_loses_nothing(
 
 
 def test_payloads_of_constructed_bursts(broker: Broker) -> None:
-    """The publisher driven directly: every field of a burst and of a window summary."""
+    """The publisher driven directly: every field of a burst, a window summary and a job's
+    start; each burst names the job holding its port in the table in force at its drain."""
     from burstscope import __version__
+    from burstscope.collector.jobs.model import EMPTY_TABLE, Holding, Job, JobTable
     from burstscope.collector.mqtt import attach_mqtt, build_settings
     from burstscope.collector.mqtt.policy import BurstRecord
     from burstscope.collector.sources.base import PortSpec
     from burstscope.detectors.bursts import Bursts
 
+    job = Job("4242", "slurm", "alice", "llama", nodes="gpu-[1-2]", start_time=1.5)
+    table = JobTable.build([job], [Holding("4242", "mlx5_0", 1, "compute", "pcie_switch")])
+    in_force = [table]
     pipeline = SimpleNamespace(
         source=SimpleNamespace(ports=(PortSpec("mlx5_0", 1, 50_000_000_000),)),
         thresholds=SimpleNamespace(burst=0.5),
         listeners=[],
-        snapshot=lambda: SimpleNamespace(ports=(), slow=None),
+        jobs=lambda: in_force[0],
+        snapshot=lambda: SimpleNamespace(ports=(), slow=None, recording=None, jobs=table),
     )
     url = f"mqtt://127.0.0.1:{broker.port}"
     subscriber = Subscriber(url)
@@ -301,31 +307,47 @@ def test_payloads_of_constructed_bursts(broker: Broker) -> None:
             np.array([0.8, 0.75, 0.55, 0.65]),
         )
         pipeline.listeners[0](PortSpec("mlx5_0", 1, 0), "transmit", bursts)
+        in_force[0] = EMPTY_TABLE  # the job ended after that drain: its bursts keep it
         handle.submit("mlx5_0", 1, "receive", [BurstRecord(second, second + ms, 5, 0.5, 0.5)])
-        assert subscriber.wait_for(lambda: len(subscriber.events()) >= 4, 10)
+        assert subscriber.wait_for(lambda: len(subscriber.events()) >= 5, 10)
     finally:
         handle.stop()
         subscriber.stop()
     run = handle.identity.run
     topic = "burstscope/node7/mlx5_0/1/burst"
     common = {"host": "node7", "device": "mlx5_0", "port": 1, "threshold": 0.5, "run": run}
+    held = [{"job_id": "4242", "scheduler": "slurm", "user": "alice", "name": "llama",
+             "role": "compute"}]  # fmt: skip
     expected = [
-        {"topic": topic, **common, "kind": "burst", "direction": "receive", "seq": 1,
+        {"topic": topic, **common, "kind": "burst", "direction": "receive",
          "start_ns": second, "end_ns": second + ms, "duration_seconds": 0.001, "bytes": 5,
-         "peak_utilization": 0.5, "mean_utilization": 0.5, "merged": 1},
-        {"topic": topic, **common, "kind": "burst", "direction": "transmit", "seq": 2,
+         "peak_utilization": 0.5, "mean_utilization": 0.5, "merged": 1, "jobs": []},
+        {"topic": topic, **common, "kind": "burst", "direction": "transmit",
          "start_ns": second, "end_ns": second + 20 * ms, "duration_seconds": 0.02,
          "bytes": 700_000_000, "peak_utilization": 1.0,
-         "mean_utilization": pytest.approx((0.8 * 10 + 0.75 * 8) / 18), "merged": 2},
-        {"topic": topic, **common, "kind": "burst", "direction": "transmit", "seq": 3,
+         "mean_utilization": pytest.approx((0.8 * 10 + 0.75 * 8) / 18), "merged": 2,
+         "jobs": held},
+        {"topic": topic, **common, "kind": "burst", "direction": "transmit",
          "start_ns": second + 100 * ms, "end_ns": second + 110 * ms, "duration_seconds": 0.01,
-         "bytes": 1, "peak_utilization": 0.6, "mean_utilization": 0.55, "merged": 1},
-        {"topic": topic, **common, "kind": "summary", "direction": "transmit", "seq": 4,
+         "bytes": 1, "peak_utilization": 0.6, "mean_utilization": 0.55, "merged": 1,
+         "jobs": held},
+        {"topic": topic, **common, "kind": "summary", "direction": "transmit",
          "start_ns": second, "end_ns": second + 1_000_000_000, "bursts": 1, "bytes": 2,
          "bursts_per_second": 1.0, "bytes_per_second": 2.0, "peak_utilization": 0.7,
-         "first_start_ns": second + 200 * ms, "last_end_ns": second + 210 * ms},
+         "first_start_ns": second + 200 * ms, "last_end_ns": second + 210 * ms,
+         "jobs": held},
     ]  # fmt: skip
-    assert subscriber.events() == expected
+    events = subscriber.events()
+    assert sorted(e["seq"] for e in events) == [1, 2, 3, 4, 5]  # one sequence, both topics
+    seen = [{k: v for k, v in e.items() if k != "seq"} for e in events if e["topic"] == topic]
+    assert seen == expected
+    (started,) = [e for e in events if e["topic"] == "burstscope/node7/event"]
+    assert {k: v for k, v in started.items() if k not in ("seq", "time_ns")} == {
+        "topic": "burstscope/node7/event", "kind": "job_started", "host": "node7", "run": run,
+        "job_id": "4242", "scheduler": "slurm", "user": "alice", "name": "llama", "step": "",
+        "nodes": "gpu-[1-2]", "start_time": 1.5, "namespace": "", "pod": "",
+        "ports": [{"device": "mlx5_0", "port": 1, "role": "compute", "rule": "pcie_switch"}],
+    }  # fmt: skip
     assert subscriber.schema_versions == {1}
     statuses = [line for line in subscriber.lines if line["topic"].endswith("/status")]
     assert statuses[-1] == {
@@ -337,7 +359,7 @@ def test_payloads_of_constructed_bursts(broker: Broker) -> None:
         "ports": ["mlx5_0/1"],
         "start_time": run / 1e9,
         "run": run,
-        "last_seq": 4,
+        "last_seq": 5,
     }
 
 

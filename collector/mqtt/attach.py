@@ -2,9 +2,11 @@
 
 ``attach_mqtt(pipeline, settings, collector)`` returns a handle; ``start()`` after the
 pipeline, ``stop()`` before it. The pipeline thread only converts closed bursts to plain
-records and puts them on a thread-safe queue: it never waits on the network. The event
-loop thread applies the rate policy, derives link events from snapshots once a second,
-numbers and spools the messages, and delivers them.
+records, tagged with the jobs holding the port in the table in force at that drain (the
+table the drain's per-job figures and the snapshot use), and puts them on a thread-safe
+queue: it never waits on the network. The event loop thread applies the rate policy,
+derives link and job events from snapshots once a second, numbers and spools the messages,
+and delivers them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.metrics_core import Metric
 
+from burstscope.collector.jobs.model import EMPTY_TABLE, JobTable
+from burstscope.collector.mqtt.jobs import JobTag, job_events, port_tags
 from burstscope.collector.mqtt.messages import (
     Identity,
     burst_payload,
@@ -63,9 +67,9 @@ def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) ->
         raise MqttSettingsError("the MQTT publisher is not running") from None
 
 
-def records_from_bursts(bursts: Bursts) -> list[BurstRecord]:
+def records_from_bursts(bursts: Bursts, jobs: tuple[JobTag, ...] = ()) -> list[BurstRecord]:
     return [
-        BurstRecord(int(s), int(e), int(b), float(p), float(m))
+        BurstRecord(int(s), int(e), int(b), float(p), float(m), jobs=jobs)
         for s, e, b, p, m in zip(
             bursts.start_ns.tolist(),
             bursts.end_ns.tolist(),
@@ -119,8 +123,12 @@ class MqttHandle:
 
     # -- the pipeline thread's side -------------------------------------------------
     def on_bursts(self, spec: PortSpec, direction: str, bursts: Bursts) -> None:
-        """A pipeline BurstListener: hand closed bursts over, never block."""
-        self._queue.put(((spec.device, spec.port, direction), records_from_bursts(bursts)))
+        """A pipeline BurstListener: hand closed bursts over, never block. They name the
+        jobs of the table in force now, at the drain that closed them (within a drain of
+        their end), as the per-job figures count them."""
+        table = self.pipeline.jobs() if self.pipeline.jobs is not None else EMPTY_TABLE
+        tags = port_tags(table, spec.device, spec.port)
+        self._queue.put(((spec.device, spec.port, direction), records_from_bursts(bursts, tags)))
 
     def submit(self, device: str, port: int, direction: str, records: list[BurstRecord]) -> None:
         """Hand bursts over directly (tests, replay): same path as the listener."""
@@ -359,15 +367,25 @@ class MqttHandle:
     async def _link_events(self, publisher: MqttPublisher) -> None:
         deriver = LinkEventDeriver()
         recording_paused = False
+        # The jobs said so far: a job running when the agent starts is said to start too.
+        said: JobTable = EMPTY_TABLE
         while not publisher.closing.is_set():
             recording = None
+            jobs = said
             try:
                 snapshot = self.pipeline.snapshot()
                 readings = readings_from_snapshot(snapshot)
                 recording = snapshot.recording
+                jobs = snapshot.jobs
             except Exception:  # a snapshot failure must not end publishing
                 _LOG.exception("snapshot for MQTT link events failed")
                 readings = {}
+            if jobs is not said:
+                changes = job_events(self.identity, said, jobs, time.time_ns())
+                said = jobs
+                if changes:
+                    node = node_topic(self.identity.host)
+                    publisher.enqueue([(node, payload) for payload in changes])
             if recording is not None and recording.paused != recording_paused:
                 recording_paused = recording.paused
                 publisher.enqueue(
@@ -390,7 +408,7 @@ class MqttHandle:
                     [
                         (
                             port_topic(self.identity.host, e.device, e.port, "event"),
-                            link_event_payload(self.identity, e),
+                            link_event_payload(self.identity, e, port_tags(jobs, e.device, e.port)),
                         )
                         for e in events
                     ]

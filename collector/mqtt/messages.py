@@ -4,9 +4,12 @@ Topics (``<host>`` is the node name, each level stripped of MQTT wildcards and s
 
     burstscope/<host>/<device>/<port>/burst   burst events and window summaries (QoS 1)
     burstscope/<host>/<device>/<port>/event   link, saturation and congestion events (QoS 1)
-    burstscope/<host>/event                   agent events: recording paused and resumed
+    burstscope/<host>/event                   agent events: recording paused and resumed,
+                                              job started, changed and ended
     burstscope/<host>/status                  retained: online, version, ports, start time
 
+Burst, summary and link event payloads name the jobs holding the port in ``jobs``
+(collector.mqtt.jobs); the node topic also says when a job starts, changes or ends there.
 Every burst and event payload carries ``run`` (this agent run's start, wall-clock ns) and
 ``seq`` (1, 2, 3, ... per run, across both topics), so a subscriber that tracks
 (host, run) finds gaps and drops QoS 1 redeliveries. The status is state, not an event:
@@ -21,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from burstscope.collector.mqtt.jobs import JobTag, jobs_field
 from burstscope.collector.mqtt.policy import BurstRecord, BurstSummary
 from burstscope.detectors.congestion import is_congestion
 from burstscope.detectors.link_events import (
@@ -53,7 +57,8 @@ def status_topic(host: str) -> str:
 
 
 def node_topic(host: str) -> str:
-    """Events of the agent itself rather than of one port (recording paused, resumed)."""
+    """Events of the node rather than of one port: recording paused and resumed, jobs
+    started, changed and ended."""
     return f"{PREFIX}/{topic_level(host)}/event"
 
 
@@ -119,6 +124,7 @@ def burst_payload(
         "mean_utilization": record.mean_utilization,
         "threshold": identity.threshold,
         "merged": record.merged,
+        "jobs": jobs_field(record.jobs),
         "run": identity.run,
     }
 
@@ -142,6 +148,7 @@ def summary_payload(
         "first_start_ns": summary.first_start_ns,
         "last_end_ns": summary.last_end_ns,
         "threshold": identity.threshold,
+        "jobs": jobs_field(summary.jobs),
         "run": identity.run,
     }
 
@@ -157,8 +164,11 @@ _KINDS: dict[type[Change], str] = {
 }
 
 
-def link_event_payload(identity: Identity, event: LinkEvent) -> dict[str, Any]:
-    """A detected link change as the event topic carries it; port states by name."""
+def link_event_payload(
+    identity: Identity, event: LinkEvent, jobs: tuple[JobTag, ...] = ()
+) -> dict[str, Any]:
+    """A detected link change as the event topic carries it; port states by name, and the
+    jobs holding the port (the snapshot's table)."""
     change = event.change
     details: dict[str, Any] = {f.name: getattr(change, f.name) for f in fields(change)}
     if isinstance(change, StateChange):
@@ -173,6 +183,7 @@ def link_event_payload(identity: Identity, event: LinkEvent) -> dict[str, Any]:
         "port": event.port,
         "time_ns": event.time_ns,
         **details,
+        "jobs": jobs_field(jobs),
         "run": identity.run,
     }
 

@@ -8,13 +8,14 @@ the broker and every subscriber. The policy, per (device, port, direction):
    and the duration-weighted mean utilization of the parts (the gaps are not counted).
    ``merged`` says how many detector bursts the event stands for. A burst is held until
    ``merge_gap_ns + flush_delay_ns`` after its end (wall clock), because the pipeline
-   hands bursts over up to a drain (100 ms) late.
+   hands bursts over up to a drain (100 ms) late. A merged burst names the jobs of the
+   part that ends last: the table in force when it ended.
 2. **Budget.** Time is cut into windows of ``window_ns`` (1 s, or 1/rate when the rate is
    below 1 per second), by each event's end. The first ``limit`` events of a window are
    published as bursts; the rest are counted into one ``summary`` for that window
    (bursts, bytes, bytes and bursts per second, peak, first start and last end), published
-   once the window is over. So a port direction sends at most ``limit + 1`` messages per
-   window, whatever the traffic.
+   once the window is over, naming every job its bursts were under. So a port direction
+   sends at most ``limit + 1`` messages per window, whatever the traffic.
 
 ``apply_policy`` is a pure function: state in, state and outgoing events out; "now" is
 an argument, never a clock read.
@@ -25,6 +26,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+
+from burstscope.collector.mqtt.jobs import JobTag, union
 
 SECOND_NS = 1_000_000_000
 
@@ -39,6 +42,7 @@ class BurstRecord:
     peak_utilization: float
     mean_utilization: float
     merged: int = 1  # detector bursts this record stands for
+    jobs: tuple[JobTag, ...] = ()  # the jobs holding the port when it ended
 
     @property
     def duration_ns(self) -> int:
@@ -56,6 +60,7 @@ class BurstSummary:
     peak_utilization: float
     first_start_ns: int
     last_end_ns: int
+    jobs: tuple[JobTag, ...] = ()  # every job the counted bursts were under
 
     @property
     def window_seconds(self) -> float:
@@ -120,6 +125,7 @@ def merge(first: BurstRecord, second: BurstRecord) -> BurstRecord:
         peak_utilization=max(first.peak_utilization, second.peak_utilization),
         mean_utilization=mean,
         merged=first.merged + second.merged,
+        jobs=second.jobs if second.end_ns >= first.end_ns else first.jobs,
     )
 
 
@@ -135,6 +141,7 @@ def _count(
             peak_utilization=record.peak_utilization,
             first_start_ns=record.start_ns,
             last_end_ns=record.end_ns,
+            jobs=record.jobs,
         )
     return replace(
         summary,
@@ -142,6 +149,7 @@ def _count(
         bytes=summary.bytes + record.bytes,
         peak_utilization=max(summary.peak_utilization, record.peak_utilization),
         last_end_ns=max(summary.last_end_ns, record.end_ns),
+        jobs=union(summary.jobs, record.jobs),
     )
 
 
