@@ -8,7 +8,9 @@ untouched, memory stays bounded by one piece, and a stop never raises.
 
 Retention works like Prometheus' ``--storage.tsdb.retention.size`` and ``.time``: after each
 closed piece, the oldest pieces under the recording directory (every run's trace) are
-deleted until the total is within ``max_bytes`` and none is older than ``max_age``.
+deleted until the total is within ``max_bytes`` and none is older than ``max_age``. A
+trace's job side table (collector.trace.jobs) keeps what its remaining pieces need and goes
+with its last piece.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from burstscope.collector.trace import (
     PortColumns,
     SlowRow,
 )
+from burstscope.collector.trace.jobs import compact_states, remove_states
 
 if TYPE_CHECKING:  # the writer loads pyarrow, which an agent that does not record never needs
     from burstscope.collector.trace import TraceWriter
@@ -53,6 +56,12 @@ _SIZE_UNITS = {
 }
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w|y)\s*$")
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+# A deleted piece's samples end before its file was written (its mtime), and the next
+# piece's begin after them; the samples' clock (CLOCK_MONOTONIC plus an offset fixed at
+# start) may drift from the file clock over a long run. The job side table keeps the table
+# in force this long before the newest deleted piece's mtime: a few lines more, never one
+# a remaining sample needs.
+JOBS_KEEP_MARGIN_SECONDS = 600.0
 
 
 def parse_size(value: int | str) -> int:
@@ -195,6 +204,7 @@ class Recording:
         total = sum(size for _, size, _ in pieces)
         limit, max_age = self.retention.max_bytes, self.retention.max_age_seconds
         oldest_allowed = time.time() - max_age if max_age is not None else None
+        deleted_until: dict[Path, float] = {}  # per trace, the newest deleted piece's mtime
         for mtime, size, path in pieces:
             over_size = limit is not None and total > limit
             too_old = oldest_allowed is not None and mtime < oldest_allowed
@@ -208,8 +218,13 @@ class Recording:
             total -= size
             self.deleted_pieces += 1
             trace = path.parent.parent if path.parent.name == SLOW_DIRECTORY else path.parent
-            if trace != self.path:
+            deleted_until[trace] = max(mtime, deleted_until.get(trace, mtime))
+        for trace, mtime in deleted_until.items():
+            if trace != self.path and not _has_pieces(trace):
+                remove_states(trace)
                 _remove_if_empty(trace)
+            else:
+                compact_states(trace, int((mtime - JOBS_KEEP_MARGIN_SECONDS) * 1e9))
         self.bytes_kept = total
 
     def close(self) -> None:
@@ -222,6 +237,11 @@ class Recording:
             _LOG.error("recording: the last piece (%d samples) was not written: %s", dropped, exc)
             return
         self._retain()
+
+
+def _has_pieces(trace: Path) -> bool:
+    patterns = (f"{PIECE_PREFIX}*.parquet", f"{SLOW_DIRECTORY}/{SLOW_PREFIX}*.parquet")
+    return any(next(trace.glob(pattern), None) is not None for pattern in patterns)
 
 
 def _remove_if_empty(trace: Path) -> None:

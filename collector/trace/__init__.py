@@ -1,7 +1,8 @@
 """The trace format: one row per sample and port, written as closed Parquet pieces.
 
 schema.py (columns, names, TraceInfo), writer.py (TraceWriter), samples.py (read_samples,
-also CSV) and slow.py (read_slow); import from here. Each name is imported from its module
+also CSV), slow.py (read_slow) and jobs.py (the job side table's file; collector.jobs.spans
+reads it as spans); import from here. Each name is imported from its module
 when first asked for, so a process that only hands PortColumns or SlowRow around (the
 sampler, an agent that does not record) never loads pyarrow.
 """
@@ -12,6 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from burstscope.collector.trace.jobs import JOBS_FILE, read_states
     from burstscope.collector.trace.samples import PortSamples, read_info, read_samples, trace_files
     from burstscope.collector.trace.schema import (
         DIRECTORY_MODE,
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
 _WHERE = {
     "DIRECTORY_MODE": "schema",
     "GAUGE": "schema",
+    "JOBS_FILE": "jobs",
+    "read_states": "jobs",
     "PIECE_MODE": "schema",
     "PIECE_PREFIX": "schema",
     "SLOW_DIRECTORY": "schema",
@@ -57,6 +61,7 @@ _WHERE = {
 __all__ = [
     "DIRECTORY_MODE",
     "GAUGE",
+    "JOBS_FILE",
     "PIECE_MODE",
     "PIECE_PREFIX",
     "SCHEMA",
@@ -74,6 +79,7 @@ __all__ = [
     "read_info",
     "read_samples",
     "read_slow",
+    "read_states",
     "slow_files",
     "trace_files",
 ]
