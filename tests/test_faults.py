@@ -57,9 +57,18 @@ def agents() -> Iterator[list[AgentProcess]]:
 
 
 def write_counter(path: Path, text: str) -> None:
-    """Rewrite a counter file in place: the sampler keeps its descriptor open."""
-    fd = os.open(path, os.O_WRONLY)
+    """Rewrite a counter file in place: the sampler keeps its descriptor open.
+
+    A shorter number is padded with leading zeros to the old length: written over a longer
+    one and then truncated, the file would read "5\n3456789\n" between the write and the
+    truncation, and a 1 ms sampler that reads it then refuses it as not a number (and
+    rebaselines, so the reset the test writes is never seen as one)."""
+    fd = os.open(path, os.O_RDWR)
     try:
+        size = os.fstat(fd).st_size
+        digits = text.strip()
+        if digits.isdigit() and len(text) < size:
+            text = digits.rjust(size - 1, "0") + "\n"
         os.pwrite(fd, text.encode(), 0)
         os.ftruncate(fd, len(text))
     finally:
