@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from burstscope import __version__
 from burstscope.arguments import LINE_RATE_HINT, build_source_from
-from burstscope.attribution import JobSettings, build_watcher, job_settings
+from burstscope.attribution import JobSettings, JobSettingsError, build_watcher, job_settings
 from burstscope.collector.config import AgentConfig, ConfigError, load_config, spin_problem
 from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
 from burstscope.collector.exporter import PEAK_WINDOWS, BurstscopeCollector
@@ -269,14 +269,18 @@ class Agent:
             self.server = MetricsServer(self.registry, self.settings.listen, self.settings.tls)
         except HttpError as exc:
             raise UsageError(str(exc)) from None
+        self._build_jobs()
         try:
             self.pipeline.start()
         except SamplerError as exc:
             self.server.close()
+            if self.jobs is not None:
+                self.jobs.stop()
             raise UsageError(f"sampler failed to start: {exc}") from None
         for note in self.pipeline.tuning_notes():
             _LOG.info("sampler: %s", note)
-        self._start_jobs()
+        if self.jobs is not None:
+            self.jobs.start()
         if self.settings.mqtt is not None:
             self.mqtt = attach_mqtt(
                 self.pipeline, self.settings.mqtt, self.collector, version=__version__
@@ -285,18 +289,21 @@ class Agent:
                 self.mqtt.start()  # bad credentials: fatal; an unreachable broker is not
             except MqttSettingsError as exc:
                 self.mqtt = None
-                self.pipeline.close()
-                self.server.close()
+                self.stop()
                 raise UsageError(str(exc)) from None
 
-    def _start_jobs(self) -> None:
-        """Job attribution, when on and this node has a job source (collector.jobs)."""
+    def _build_jobs(self) -> None:
+        """Job attribution, when on and this node has a job source (collector.jobs); built
+        before the sampler starts, so a setting only the source can judge stops nothing."""
         settings = self.settings
-        self.jobs = build_watcher(settings.jobs, settings.source.ports, settings.sysfs_root)
-        if self.jobs is None:
-            return
-        self.pipeline.jobs = self.jobs.table
-        self.jobs.start()
+        try:
+            self.jobs = build_watcher(settings.jobs, settings.source.ports, settings.sysfs_root)
+        except JobSettingsError as exc:
+            assert self.server is not None
+            self.server.close()
+            raise UsageError(str(exc)) from None
+        if self.jobs is not None:
+            self.pipeline.jobs = self.jobs.table
 
     def stop(self) -> None:
         if self.mqtt is not None:

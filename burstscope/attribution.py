@@ -24,6 +24,13 @@ DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_PROC_ROOT = "/proc"
 # [jobs] keys handed to the Kubernetes source without their prefix.
 KUBERNETES_KEYS = ("kubernetes_api", "kubernetes_token_file", "kubernetes_ca_file")
+# [jobs] keys naming which kubelet resources (fnmatch patterns) are GPUs, SR-IOV VFs or shared
+# RDMA devices, and the ResourceNames field each sets.
+RESOURCE_KEYS = (
+    ("gpu_resources", "gpus"),
+    ("sriov_resources", "sriov"),
+    ("shared_rdma_resources", "shared_rdma"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +45,8 @@ class JobSettings:
     kubernetes: tuple[tuple[str, Any], ...] = ()
     # RDMA shared device plugin resources: resource name -> the RDMA devices it hands out.
     rdma_resources: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Resource name patterns by ResourceNames field; unset: the Kubernetes source's defaults.
+    resource_names: tuple[tuple[str, tuple[str, ...]], ...] = ()
     storage_devices: tuple[str, ...] = ()
     gres_conf: str | None = None
     proc_root: str = DEFAULT_PROC_ROOT
@@ -65,6 +74,11 @@ def job_settings(config_get: Any, args: Any) -> JobSettings:
         kubelet_socket=pick("kubelet_socket", "kubelet_socket", DEFAULT_KUBELET_SOCKET),
         kubernetes=kubernetes,
         rdma_resources=tuple(sorted((name, tuple(devs)) for name, devs in resources.items())),
+        resource_names=tuple(
+            (field_name, tuple(config_get("jobs", key)))
+            for key, field_name in RESOURCE_KEYS
+            if config_get("jobs", key) is not None
+        ),
         storage_devices=tuple(config_get("jobs", "storage_devices", ())),
         gres_conf=config_get("jobs", "gres_conf", None),
         proc_root=config_get("jobs", "proc_root", DEFAULT_PROC_ROOT),
@@ -91,30 +105,46 @@ def job_sources(settings: JobSettings) -> list[JobSource]:
             settings.slurm_dir,
         )
     if os.path.exists(settings.kubelet_socket):
-        try:
-            from burstscope.collector.jobs.kubernetes import PodResourcesJobs
-        except ImportError as exc:
-            _LOG.warning(
-                "jobs: kubelet socket %s present but the Kubernetes client cannot load (%s; "
-                "install burstscope[kubernetes]): no Kubernetes jobs",
-                settings.kubelet_socket,
-                exc,
-            )
-        else:
-            sources.append(
-                PodResourcesJobs(
-                    settings.kubelet_socket,
-                    rdma_resources=dict(settings.rdma_resources),
-                    **dict(settings.kubernetes),
-                )
-            )
-            _LOG.info("jobs: reading pods from the kubelet at %s", settings.kubelet_socket)
+        kubernetes = _kubernetes(settings)
+        if kubernetes is not None:
+            sources.append(kubernetes)
     else:
         _LOG.info(
             "jobs: no kubelet pod-resources socket at %s: no Kubernetes jobs",
             settings.kubelet_socket,
         )
     return sources
+
+
+def _kubernetes(settings: JobSettings) -> JobSource | None:
+    """The pod-resources source, or None (said once) when its client cannot run here."""
+    try:
+        from burstscope.collector.jobs.kubernetes import PodResourcesJobs, ResourceNames
+    except ImportError as exc:
+        _LOG.warning(
+            "jobs: kubelet socket %s present but the Kubernetes client cannot load (%s; "
+            "install burstscope[kubernetes]): no Kubernetes jobs",
+            settings.kubelet_socket,
+            exc,
+        )
+        return None
+    try:
+        source = PodResourcesJobs(
+            settings.kubelet_socket,
+            rdma_resources=dict(settings.rdma_resources),
+            resource_names=ResourceNames(**dict(settings.resource_names)),
+            **dict(settings.kubernetes),
+        )
+    except ValueError as exc:
+        raise JobSettingsError(f"[jobs] {exc}") from None
+    if source.off:
+        return None  # it said why, once
+    _LOG.info("jobs: reading pods from the kubelet at %s", settings.kubelet_socket)
+    return source
+
+
+class JobSettingsError(Exception):
+    """A [jobs] setting that only the source can judge (an API server URL): exit status 2."""
 
 
 def build_watcher(

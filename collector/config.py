@@ -12,7 +12,8 @@ Layout (all tables and keys optional; command-line flags override the file)::
                   spool_messages, merge_gap, max_events_per_second
     [recording]   path, piece_seconds, max_bytes, max_age
     [jobs]        enabled, slurm_dir, slurm_max_age, kubelet_socket, kubernetes_api,
-                  kubernetes_token_file, kubernetes_ca_file, storage_devices, gres_conf,
+                  kubernetes_token_file, kubernetes_ca_file, gpu_resources,
+                  sriov_resources, shared_rdma_resources, storage_devices, gres_conf,
                   proc_root
     [jobs.rdma_resources]  RESOURCE = [DEVICE, ...] (a shared RDMA resource's devices)
 
@@ -242,6 +243,10 @@ SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
         "kubernetes_token_file": _readable_file,
         "kubernetes_ca_file": _readable_file,
         "rdma_resources": _rdma_resources,
+        # Which kubelet resource names (fnmatch patterns) are GPUs, SR-IOV VFs, shared RDMA.
+        "gpu_resources": _strings,
+        "sriov_resources": _strings,
+        "shared_rdma_resources": _strings,
         # Ports of these devices are held by the jobs but reported apart (storage NICs).
         "storage_devices": _strings,
         "gres_conf": _readable_file,
