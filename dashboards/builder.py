@@ -24,6 +24,12 @@ PORT = 'instance=~"$instance", device=~"$device", port=~"$port"'
 PORT_DIRECTION = PORT + ', direction=~"$direction"'
 # The agents' own series: job burstscope, as dashboards/prometheus/prometheus.example.yml names it.
 AGENTS = 'job="burstscope", ' + NODES
+# Job series (burstscope_job_*): the scheduler's job id is the job_id label, never "job",
+# which Prometheus gives the scrape job.
+JOBS = 'instance=~"$instance", job_id=~"$job_id"'
+# The fleet overview's uid: the drill-down's job links and the job alerts' dashboard_url
+# (prometheus/alerts.rules.yml) open it.
+FLEET_UID = "burstscope-fleet-overview"
 
 # The recorded series the panels read, by level and metric (dashboards/rules.py).
 RULES = RecordingRules.read()
@@ -250,6 +256,10 @@ def variables(drilldown: bool) -> list[Json]:
             "device)",
         ),
     ]
+    if not drilldown:
+        # Every running job's id (burstscope_job_info, one series per job and node); the job
+        # alerts' dashboard_url sets it with the node (var-job_id, var-instance).
+        found.append(query_variable("job_id", "Job", "label_values(burstscope_job_info, job_id)"))
     if drilldown:
         found.append(
             query_variable(

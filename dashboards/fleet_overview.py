@@ -13,6 +13,8 @@ from dashboards.builder import (
     AGENTS,
     AVERAGE_15S,
     FLEET,
+    FLEET_UID,
+    JOBS,
     NODES,
     RULES,
     Json,
@@ -25,9 +27,15 @@ from dashboards.builder import (
     target,
     value_mappings,
 )
-from dashboards.port_drilldown import DRILLDOWN_LINK, PEAK_WINDOW
+from dashboards.port_drilldown import (
+    DRILLDOWN_LINK,
+    JOB_LINK,
+    NODE_DRILLDOWN_LINK,
+    PEAK_WINDOW,
+    job_ports_table,
+)
 
-UID = "burstscope-fleet-overview"
+UID = FLEET_UID
 
 NODE_PEAK = RULES.series("instance", "burstscope_port_peak_utilization_ratio")
 NODE_AVERAGE_15S = RULES.series("instance", "burstscope_port_data_bytes_per_line_rate")
@@ -36,17 +44,30 @@ NODE_SYNCHRONY = RULES.series(
     "instance", "burstscope_port_peak_utilization_above_90_percent_per_ports"
 )
 NODE_BURSTS = RULES.series("instance", "burstscope_port_bursts")
+JOB_SATURATED = RULES.series(
+    "instance_job_id", "burstscope_job_saturated_seconds_per_compute_port_directions"
+)
+JOB_HIDDEN = RULES.series(
+    "instance_job_id", "burstscope_job_hidden_saturated_seconds_per_compute_port_directions"
+)
 # Grafana's "Min interval" on the fleet panels over time: each reads one series per node
 # (590 on Acme's fleet), so a 6 h view at Grafana's ~1,000 points (a 20 s step) costs
 # 590 x 1,080 points per line; one point a minute is a third of that, and
 # max_over_time(...[$__interval]) still keeps every peak inside the minute.
 FLEET_MIN_INTERVAL = "1m"
 
-# A click on a table's node opens its drill-down.
+# A click on a table's node opens its drill-down: on the row's port, or on every port of
+# the node where a row is not a port's.
 _LINK_TO_DRILLDOWN = [
     {
         "matcher": {"id": "byName", "options": "instance"},
         "properties": [{"id": "links", "value": [DRILLDOWN_LINK]}],
+    }
+]
+_LINK_TO_DRILLDOWN_NODE = [
+    {
+        "matcher": {"id": "byName", "options": "instance"},
+        "properties": [{"id": "links", "value": [NODE_DRILLDOWN_LINK]}],
     }
 ]
 
@@ -235,6 +256,143 @@ def _agents_down() -> list[Json]:
     ]
 
 
+def _jobs_per_node() -> Json:
+    """One row per job and node: its shares and burst bytes; the node opens its drill-down,
+    the job the overview filtered to it."""
+    with_job = f"* on (instance, job_id) group_left (user, name) burstscope_job_info{{{JOBS}}}"
+    columns = ("instance", "job_id", "user", "name")
+    values = {
+        "Value #A": "saturated share",
+        "Value #B": "hidden saturated share",
+        "Value #C": "burst bytes per second",
+        "Value #D": "compute ports",
+    }
+    return panel(
+        "table",
+        "Jobs on each node",
+        "Per running job and node (the job_id, user and name its scheduler gives): the share "
+        "of its compute port directions' time saturated (>= 90%) over the last 5 m, what "
+        "BurstscopeJobBurstSaturation pages on; the share saturated inside 15 s windows "
+        "averaging under 25% (hidden saturation, BurstscopeJobHiddenBursts); bytes per second "
+        "inside its bursts; and how many compute ports it holds there. Click a node to open "
+        "its Port drill-down, a job to filter this dashboard to it.",
+        [
+            target(f"{JOB_SATURATED}{{{JOBS}}}\n{with_job}", ref="A", instant=True, format="table"),
+            target(f"{JOB_HIDDEN}{{{JOBS}}}", ref="B", instant=True, format="table"),
+            target(
+                f"rate(burstscope_job_burst_bytes_total{{{JOBS}}}[5m])",
+                ref="C",
+                instant=True,
+                format="table",
+            ),
+            target(
+                "count without (device, port, role, rule) "
+                f'(burstscope_job_port{{{JOBS}, role="compute"}})',
+                ref="D",
+                instant=True,
+                format="table",
+            ),
+        ],
+        "percentunit",
+        (24, 8),
+        options={
+            "showHeader": True,
+            "showTypeIcons": False,
+            "frameIndex": 0,
+            "cellHeight": "sm",
+            "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
+            "sortBy": [{"displayName": "saturated share", "desc": True}],
+        },
+        overrides=[
+            *_LINK_TO_DRILLDOWN_NODE,
+            {
+                "matcher": {"id": "byName", "options": "job_id"},
+                "properties": [{"id": "links", "value": [JOB_LINK]}],
+            },
+            {
+                "matcher": {"id": "byName", "options": "burst bytes per second"},
+                "properties": [{"id": "unit", "value": "Bps"}],
+            },
+            {
+                "matcher": {"id": "byName", "options": "compute ports"},
+                "properties": [{"id": "unit", "value": "none"}],
+            },
+        ],
+        transformations=[
+            {"id": "merge", "options": {}},
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": {"Time": True, "__name__": True, "job": True},
+                    "indexByName": {name: i for i, name in enumerate((*columns, *values))},
+                    "renameByName": values,
+                },
+            },
+        ],
+    )
+
+
+def fleet_jobs_row() -> list[Json]:
+    """The jobs running on the fleet (job_id variable): per job and node, its shares and
+    ports, then each job over time (its busiest node, its bytes in bursts on all nodes)."""
+
+    def busiest_node(name: str) -> str:
+        return f"max by (job_id) (max_over_time({name}{{{JOBS}}}[$__interval]))"
+
+    return [
+        row("Jobs"),
+        _jobs_per_node(),
+        job_ports_table(
+            "Ports each job holds",
+            "Every port a running job holds on each node, with the job's user and name, the "
+            "port's role (compute ports count in the job's figures; storage ports are held "
+            "but reported apart) and the rule that decided (whole_node, pcie_switch, "
+            "numa_node, device, resource). Click a node to open its Port drill-down on the "
+            "port, a job to filter this dashboard to it.",
+            (JOBS, JOBS),
+            (24, 8),
+        ),
+        panel(
+            "timeseries",
+            "Saturated share per job, its busiest node",
+            "Per job, the highest over its nodes of the share of its compute port directions' "
+            "time saturated (>= 90%) over 5 m (recording rule), highest in each step: what "
+            "BurstscopeJobBurstSaturation compares with the configured share.",
+            [target(busiest_node(JOB_SATURATED), "{{job_id}}")],
+            "percentunit",
+            (8, 8),
+            interval=FLEET_MIN_INTERVAL,
+        ),
+        panel(
+            "timeseries",
+            "Hidden saturated share per job, its busiest node",
+            "Per job, the highest over its nodes of the share of its compute port directions' "
+            "time saturated inside 15 s windows whose mean stayed below 25% (recording rule), "
+            "highest in each step: saturation a 15 s scrape reports as quiet "
+            "(BurstscopeJobHiddenBursts).",
+            [target(busiest_node(JOB_HIDDEN), "{{job_id}}")],
+            "percentunit",
+            (8, 8),
+            interval=FLEET_MIN_INTERVAL,
+        ),
+        panel(
+            "timeseries",
+            "Bytes in bursts per job, all its nodes",
+            "Per job, bytes per second carried inside bursts that ended on its compute ports, "
+            "both directions, summed over every node it runs on.",
+            [
+                target(
+                    f"sum by (job_id) ({rate_of('burstscope_job_burst_bytes_total', JOBS)})",
+                    "{{job_id}}",
+                )
+            ],
+            "Bps",
+            (8, 8),
+            interval=FLEET_MIN_INTERVAL,
+        ),
+    ]
+
+
 def fleet_agents_row() -> list[Json]:
     """Whether every agent runs, samples on time, and what it costs its node."""
     return [
@@ -296,6 +454,6 @@ def fleet_overview() -> Json:
         UID,
         "burstscope / Fleet overview",
         "Millisecond peaks of every RDMA port beside the 15 s averages other exporters show.",
-        [*fleet_peaks_row(), *fleet_trends_row(), *fleet_agents_row()],
+        [*fleet_peaks_row(), *fleet_jobs_row(), *fleet_trends_row(), *fleet_agents_row()],
         drilldown=False,
     )

@@ -7,6 +7,7 @@ from dashboards.builder import (
     AGENT_CPU_CORES,
     AGENTS,
     AVERAGE_15S,
+    FLEET_UID,
     NODES,
     PORT,
     PORT_DIRECTION,
@@ -44,6 +45,78 @@ DRILLDOWN_LINK = {
     "&var-direction=All&${__url_time_range}",
     "targetBlank": False,
 }
+# Where a fleet row about a node, not a port (a job on a node), leads: every port of it.
+NODE_DRILLDOWN_LINK = {
+    "title": "Port drill-down for ${__data.fields.instance}",
+    "url": f"/d/{UID}/burstscope-port-drill-down?"
+    "var-datasource=${datasource}&var-instance=${__data.fields.instance}"
+    "&var-device=All&var-port=All&var-direction=All&${__url_time_range}",
+    "targetBlank": False,
+}
+# Where a job leads: the fleet overview on that job, every node it runs on.
+JOB_LINK = {
+    "title": "Fleet overview for job ${__data.fields.job_id}",
+    "url": f"/d/{FLEET_UID}/burstscope-fleet-overview?"
+    "var-datasource=${datasource}&var-instance=All&var-device=All"
+    "&var-job_id=${__data.fields.job_id}&${__url_time_range}",
+    "targetBlank": False,
+}
+# The columns of a job's port (burstscope_job_port with the job's user and name), in order.
+JOB_PORT_COLUMNS = ("instance", "job_id", "user", "name", "device", "port", "role", "rule")
+
+
+def job_ports_table(
+    title: str, description: str, selectors: tuple[str, str], size: tuple[int, int]
+) -> Json:
+    """The ports running jobs hold (burstscope_job_port joined with burstscope_job_info),
+    one row each: the node opens its drill-down on the port, the job its fleet overview.
+
+    ``selectors``: of the ports (burstscope_job_port) and of the jobs (burstscope_job_info,
+    which has no device or port)."""
+    ports, jobs = selectors
+    return panel(
+        "table",
+        title,
+        description,
+        [
+            target(
+                f"burstscope_job_port{{{ports}}}\n"
+                "  * on (instance, job_id) group_left (user, name)\n"
+                f"burstscope_job_info{{{jobs}}}",
+                instant=True,
+                format="table",
+            )
+        ],
+        "none",
+        size,
+        options={
+            "showHeader": True,
+            "showTypeIcons": False,
+            "frameIndex": 0,
+            "cellHeight": "sm",
+            "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
+            "sortBy": [{"displayName": "job_id", "desc": False}],
+        },
+        overrides=[
+            {
+                "matcher": {"id": "byName", "options": "instance"},
+                "properties": [{"id": "links", "value": [DRILLDOWN_LINK]}],
+            },
+            {
+                "matcher": {"id": "byName", "options": "job_id"},
+                "properties": [{"id": "links", "value": [JOB_LINK]}],
+            },
+        ],
+        transformations=[
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": {"Time": True, "Value": True, "__name__": True, "job": True},
+                    "indexByName": {name: i for i, name in enumerate(JOB_PORT_COLUMNS)},
+                },
+            }
+        ],
+    )
 
 
 def _utilization_heatmap() -> Json:
@@ -139,6 +212,16 @@ def drill_utilization_row() -> list[Json]:
             (12, 9),
         ),
         _utilization_heatmap(),
+        job_ports_table(
+            "Jobs holding these ports",
+            "Which running job holds each port of this node (Slurm or Kubernetes, through "
+            "the agent's job attribution), its user and name, the port's role (compute ports "
+            "count in the job's figures, storage ports do not) and the rule that gave it the "
+            "port (whole_node, pcie_switch, numa_node, device, resource). Empty when no job "
+            "runs or attribution is off. Click a job to see it on every node it runs on.",
+            (PORT, NODES),
+            (24, 6),
+        ),
     ]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import urllib.parse
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,6 +143,14 @@ def test_dashboards_plot_peaks_saturation_congestion_and_agent_health() -> None:
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
         'up{job="burstscope"',
+        # The Jobs row: per job and node its shares, bursts and ports, filtered by job_id.
+        "instance_job_id:burstscope_job_saturated_seconds_per_compute_port_directions"
+        ':ratio_rate5m{instance=~"$instance", job_id=~"$job_id"}',
+        "instance_job_id:burstscope_job_hidden_saturated_seconds_per_compute_port_directions",
+        "burstscope_job_burst_bytes_total",
+        "group_left (user, name)\nburstscope_job_info",
+        'burstscope_job_port{instance=~"$instance", job_id=~"$job_id"}',
+        "label_values(burstscope_job_info, job_id)",
     ):
         assert needed in fleet, needed
     for needed in (
@@ -157,6 +166,7 @@ def test_dashboards_plot_peaks_saturation_congestion_and_agent_health() -> None:
         "burstscope_source_read_duration_seconds_bucket",
         "burstscope_scrape_duration_seconds",
         "burstscope_sampler_up",
+        'burstscope_job_port{instance=~"$instance", device=~"$device", port=~"$port"}',
     ):
         assert needed in drill, needed
     heatmaps = [p for p in panels(load("port-drilldown.json")) if p["type"] == "heatmap"]
@@ -216,6 +226,105 @@ def test_fleet_rows_link_to_the_drilldown_with_node_port_and_time() -> None:
         assert url.startswith(f"/d/{load(FILES[1])['uid']}/")
         for needed in ("var-instance=", "var-device=", "var-port=", "${__url_time_range}"):
             assert needed in url, (panel["title"], needed)
+
+
+# Links into the dashboards: the panels' data links and the job alerts' dashboard_url. No
+# Grafana here to click them, so each is held to the dashboard it opens: its uid exists and
+# every var-X it sets is a variable X of that dashboard (Grafana ignores an unknown one,
+# and the page opens unfiltered).
+ALERTS = DASHBOARDS / "prometheus" / "alerts.rules.yml"
+ALERT_TESTS = DASHBOARDS / "prometheus" / "tests" / "alerts.test.yml"
+# The one base of every dashboard_url; dashboards/README.md ("Runbook links") shows how to
+# replace it once for a site.
+GRAFANA_BASE = "https://grafana.example.com/"
+LISTED_LABEL = re.compile(r"^label_values\((?:.+, )?(\w+)\)$")
+
+
+def link_problems(url: str) -> list[str]:
+    """What is wrong with a link to a dashboard: no dashboard with its uid, or a var-X for
+    a variable X that dashboard does not have."""
+    path, _, query = url.partition("?")
+    match = re.search(r"/d/([^/]+)/", path)
+    if match is None:
+        return [f"{url}: not a link to a dashboard"]
+    target = {d["uid"]: d for d in map(load, FILES)}.get(match[1])
+    if target is None:
+        return [f"{url}: no dashboard has uid {match[1]}"]
+    names = {v["name"] for v in target["templating"]["list"]}
+    return [
+        f"{url}: {target['uid']} has no variable {key[4:]}"
+        for key, _ in urllib.parse.parse_qsl(query, keep_blank_values=True)
+        if key.startswith("var-") and key[4:] not in names
+    ]
+
+
+def urls_in(item: Any) -> Iterator[str]:
+    if isinstance(item, dict):
+        if isinstance(item.get("url"), str):
+            yield item["url"]
+        for value in item.values():
+            yield from urls_in(value)
+    elif isinstance(item, list):
+        for value in item:
+            yield from urls_in(value)
+
+
+def listed_labels(uid: str) -> dict[str, str]:
+    """variable -> the label its label_values() lists, in the dashboard with ``uid``."""
+    dashboard = next(d for d in map(load, FILES) if d["uid"] == uid)
+    found = {}
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            match = LISTED_LABEL.match(variable["definition"])
+            assert match is not None, variable["definition"]
+            found[variable["name"]] = match[1]
+    return found
+
+
+def test_every_link_in_the_dashboards_sets_only_variables_they_have() -> None:
+    urls = [url for name in FILES for url in urls_in(load(name)["panels"])]
+    assert len(urls) >= 5
+    assert [problem for url in urls for problem in link_problems(url)] == []
+
+
+def test_job_alerts_link_the_fleet_overview_on_their_job_and_node() -> None:
+    """Each dashboard_url template sets var-X from the alert label that X lists, so the
+    dashboard opens on the alert's job and node."""
+    blocks = re.split(r"^\s*- alert: ", ALERTS.read_text(), flags=re.MULTILINE)[1:]
+    linked = {}
+    for block in blocks:
+        found = re.search(r'^\s+dashboard_url: "([^"]+)"', block, flags=re.MULTILINE)
+        if "burstscope_job_info" in block:
+            assert found is not None, f"{block.split()[0]}: a job alert without dashboard_url"
+        if found is not None:
+            linked[block.split()[0]] = found[1]
+    assert set(linked) == {"BurstscopeJobBurstSaturation", "BurstscopeJobHiddenBursts"}
+    fleet = load("fleet-overview.json")["uid"]
+    for alert, url in linked.items():
+        assert url.startswith(f"{GRAFANA_BASE}d/{fleet}/"), alert
+        assert link_problems(url) == [], alert
+        labels = listed_labels(fleet)
+        set_from = dict(re.findall(r"var-(\w+)=\{\{ \$labels\.(\w+) \| urlquery \}\}", url))
+        assert set_from == {"job_id": "job_id", "instance": "instance"}, alert
+        assert {variable: labels[variable] for variable in set_from} == set_from, alert
+
+
+def test_rendered_dashboard_urls_name_the_alerts_job_and_node() -> None:
+    """The links promtool rendered in the unit tests (alerts.test.yml): each opens the fleet
+    overview with job_id and instance set to the firing alert's labels, decoded as Grafana
+    reads a query string (a Kubernetes job id's slash, a node's port colon)."""
+    text = ALERT_TESTS.read_text()
+    cases = re.findall(
+        r"exp_labels: \{([^}]*)\}\n\s+exp_annotations:\n(?:\s+\w+: .*\n)*?"
+        r'\s+dashboard_url: "([^"]+)"',
+        text,
+    )
+    assert len(cases) >= 3
+    for labels_text, url in cases:
+        labels = {k: v.strip('"') for k, v in re.findall(r"(\w+): (\"[^\"]*\"|[^,]+)", labels_text)}
+        assert link_problems(url) == []
+        query = dict(urllib.parse.parse_qsl(url.partition("?")[2]))
+        assert query == {"var-job_id": labels["job_id"], "var-instance": labels["instance"]}
 
 
 def test_drilldown_opens_on_one_node_with_compact_legends() -> None:
