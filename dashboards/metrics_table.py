@@ -4,7 +4,8 @@
 when the table between the markers in FILE differs (tests/test_dashboards.py runs it);
 ``--write FILE`` replaces it. Types and labels come from a scrape of the exporter over a
 hand-built snapshot in which every family is present (one port with every slow counter, a
-stuck counter, a renegotiation, a kept unsampled port, a recording, an MQTT publisher), so
+stuck counter, a renegotiation, a kept unsampled port, a recording, an MQTT publisher, a
+running job holding the port), so
 they are the exporter's own, not a second list; tests/test_dashboards.py compares them with
 a real agent's /metrics. "Present" says when a conditional family is there: its HELP's own
 sentence where it has one, else ``PRESENT_WHEN``.
@@ -61,6 +62,10 @@ PRESENT_WHEN = {
     "burstscope_sampler_cpu_seconds_total": "While the sampler process runs.",
     "burstscope_sampler_resident_memory_bytes": "While the sampler process runs.",
     "burstscope_source_errors_total": "One per slow source.",
+    "burstscope_job_port": "One per port a running job holds (job attribution on).",
+    "burstscope_job_saturated_seconds_total": "One per running job (job attribution on).",
+    "burstscope_job_hidden_saturated_seconds_total": "One per running job (job attribution on).",
+    "burstscope_job_burst_bytes_total": "One per running job (job attribution on).",
     "burstscope_mqtt_connected": "With --mqtt, from the publisher's start.",
     "burstscope_mqtt_spool_messages": "With --mqtt, from the publisher's start.",
     "burstscope_mqtt_dropped_messages_total": "With --mqtt, from the publisher's start.",
@@ -84,7 +89,7 @@ def present_when(name: str, help_text: str) -> str:
 def _families() -> dict[str, tuple[str, list[str]]]:
     """name -> (type, labels) as the exporter emits them, from one synthetic snapshot in
     which every conditional family is present (a kept unsampled port, a stuck counter, a
-    renegotiation, a refused reading, a restart, a recording, an MQTT publisher)."""
+    renegotiation, a refused reading, a restart, a recording, an MQTT publisher, a job)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from types import SimpleNamespace
@@ -93,6 +98,15 @@ def _families() -> dict[str, tuple[str, list[str]]]:
 
     from burstscope.collector.discovery import DeviceInfo
     from burstscope.collector.exporter import BurstscopeCollector, mqtt_families
+    from burstscope.collector.jobs.model import (
+        COMPUTE,
+        RULE_WHOLE_NODE,
+        SLURM,
+        Holding,
+        Job,
+        JobFigures,
+        JobTable,
+    )
     from burstscope.collector.recording import RecordingHealth
     from burstscope.collector.slow_poller import (
         READ_BUCKETS_SECONDS,
@@ -179,6 +193,10 @@ def _families() -> dict[str, tuple[str, list[str]]]:
         RecordingHealth(False, 0, 0, None, 0, 0),
         (UnsampledPort("mlx5_1", 1, "no readable byte counter"),),
         (DeviceInfo("mlx5_0", "MT_0000000838", "28.39.1002", "MT4129"),),
+        JobTable.build(
+            [Job("1", SLURM, "user", "name")], [Holding("1", "mlx5_0", 1, COMPUTE, RULE_WHOLE_NODE)]
+        ),
+        {"1": JobFigures()},
     )
     collector = BurstscopeCollector(lambda: snapshot, version="0")
     publisher = SimpleNamespace(connected=True, spool_depth=0, dropped=0, published=0)
