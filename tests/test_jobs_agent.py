@@ -1,0 +1,114 @@
+"""Job attribution in the running agent: the shipped Slurm prolog and epilog drive /metrics.
+
+The agent is the real in-process ``Agent`` on the fixture tree with ``--slurm-jobs-dir``; jobs
+start and end by running the shipped ``systemd/slurm/burstscope-prolog`` and ``-epilog`` with
+the environment slurmd gives them (tests/test_slurm_integration.py runs them under a real
+Slurm). The fixture node has no GPU, so every job holds the whole node.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from burstscope.testing.emulated_node import running_agent, scrape
+from burstscope.testing.processes import wait_until
+from tests.conftest import SYSFS
+from tests.test_exposition import scrape_when_complete
+
+ROOT = Path(__file__).resolve().parents[1]
+PROLOG = ROOT / "systemd" / "slurm" / "burstscope-prolog"
+EPILOG = ROOT / "systemd" / "slurm" / "burstscope-epilog"
+CHURNED_JOBS = 1000
+AT_ONCE = 100
+
+
+def slurm(script: Path, jobs: Path, job_id: int, user: str = "alice") -> None:
+    """What slurmd does at a job's start (prolog) or end (epilog) on this node."""
+    environment = {
+        "BURSTSCOPE_JOBS_DIR": str(jobs),
+        # No /etc/burstscope/slurm-jobs.env of this machine's may point elsewhere.
+        "BURSTSCOPE_SLURM_ENV_FILE": os.devnull,
+        "SLURM_JOB_ID": str(job_id),
+        "SLURM_JOB_USER": user,
+        "SLURM_JOB_UID": "1000",
+        "SLURM_NODELIST": "gpu-[001-004]",
+    }
+    subprocess.run([str(script)], env=environment, check=True, capture_output=True)
+
+
+@pytest.fixture
+def agent_with_jobs(tmp_path: Path) -> Iterator[tuple[Any, str, Path]]:
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    with running_agent(SYSFS, "--slurm-jobs-dir", str(jobs)) as (agent, url):
+        yield agent, url, jobs
+
+
+def job_series(exposition: str) -> list[str]:
+    return [line for line in exposition.splitlines() if line.startswith("burstscope_job_")]
+
+
+def series_of(exposition: str) -> set[str]:
+    return {line.rpartition(" ")[0] for line in exposition.splitlines() if line[:1] != "#"}
+
+
+def running_jobs(url: str) -> set[str]:
+    return set(re.findall(r'^burstscope_job_info\{job_id="([^"]+)"', scrape(url), re.MULTILINE))
+
+
+def test_a_job_appears_with_its_ports_and_goes_with_its_epilog(
+    agent_with_jobs: tuple[Any, str, Path],
+) -> None:
+    agent, url, jobs = agent_with_jobs
+    ports = [(p.device, p.port) for p in agent.settings.source.ports]
+    assert job_series(scrape(url)) == []
+    slurm(PROLOG, jobs, 4242, user="alice")
+    assert wait_until(lambda: running_jobs(url) == {"4242"})
+    series = job_series(scrape(url))
+    info = [line for line in series if line.startswith("burstscope_job_info")]
+    assert info == [
+        'burstscope_job_info{job_id="4242",name="",namespace="",pod="",scheduler="slurm",'
+        'user="alice"} 1.0'
+    ]
+    held = sorted(
+        (m.group(1), int(m.group(2)))
+        for m in re.finditer(
+            r'burstscope_job_port\{device="([^"]+)",job_id="4242",port="(\d+)"', "\n".join(series)
+        )
+    )
+    assert held == sorted(ports)
+    assert all('rule="whole_node"' in line for line in series if "job_port" in line)
+    slurm(EPILOG, jobs, 4242)
+    assert wait_until(lambda: job_series(scrape(url)) == [])
+
+
+def test_a_thousand_jobs_through_a_node_leave_the_exposition_as_it_was(
+    agent_with_jobs: tuple[Any, str, Path],
+) -> None:
+    """Bounded: series of ended jobs are removed, and nothing grows with the jobs seen."""
+    agent, url, jobs = agent_with_jobs
+    # Steady first: every counter read once and the sampler's reads judged, so the only
+    # series that come and go from here on are the jobs'.
+    assert wait_until(lambda: agent.pipeline.snapshot().health.finest_interval_ns > 0)
+    baseline = series_of(scrape_when_complete(agent, url))
+    ports = len(agent.settings.source.ports)
+    for first in range(1, CHURNED_JOBS + 1, AT_ONCE):
+        batch = range(first, first + AT_ONCE)
+        for job_id in batch:
+            slurm(PROLOG, jobs, job_id)
+        expected = {str(job_id) for job_id in batch}
+        assert wait_until(lambda: running_jobs(url) == expected), f"jobs {first}.."  # noqa: B023
+        # Four series per job and one per port it holds, nothing more.
+        assert len(job_series(scrape(url))) == AT_ONCE * (4 + ports)
+        for job_id in batch:
+            slurm(EPILOG, jobs, job_id)
+        assert wait_until(lambda: running_jobs(url) == set()), f"jobs {first}.. ended"
+    assert series_of(scrape(url)) == baseline
+    assert agent.jobs is not None and agent.jobs.table().jobs == ()
