@@ -488,25 +488,52 @@ def series_budget(exposition: str) -> dict[str, tuple[int, int, int]]:
     return found
 
 
+# The shipped Slurm prolog (a job's identity for the agent, written when the job starts).
+PROLOG = DASHBOARDS.parent / "systemd" / "slurm" / "burstscope-prolog"
+
+
 @pytest.fixture(scope="module")
 def nine_port_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The emulated 9-port RoCE node's /metrics with every output it can run on: hw_counters
-    (CNP/ECN) and MQTT (a broker that refuses: the publisher still reports on itself)."""
+    (CNP/ECN), MQTT (a broker that refuses: the publisher still reports on itself) and job
+    attribution, running one whole-node Slurm job, as a training node does (written by the
+    shipped prolog into the directory the agent watches)."""
+    import subprocess
+
     from burstscope.testing.emulated_node import EmulatedNode, running_agent, scrape
     from burstscope.testing.processes import free_port
     from tests.test_exposition import scrape_when_complete
 
     root = tmp_path_factory.mktemp("ledger")
-    node = EmulatedNode(root, [f"mlx5_{index}" for index in range(9)]).build()
+    node = EmulatedNode(root / "sys", [f"mlx5_{index}" for index in range(9)]).build()
     broker = f"mqtt://127.0.0.1:{free_port()}"
-    with running_agent(node.root, "--mqtt", broker) as (agent, url):
+    jobs = root / "jobs"
+    jobs.mkdir()
+    with running_agent(node.root, "--mqtt", broker, "--slurm-jobs-dir", str(jobs)) as (
+        agent,
+        url,
+    ):
+        environment = {
+            "BURSTSCOPE_JOBS_DIR": str(jobs),
+            "BURSTSCOPE_SLURM_ENV_FILE": str(root / "no-env-file"),
+            "SLURM_JOB_ID": "4242",
+            "SLURM_JOB_USER": "alice",
+            "SLURM_JOB_NAME": "llama-pretrain",  # so the agent need not ask squeue
+            "SLURM_NODELIST": "gpu-001",
+        }
+        subprocess.run(["sh", str(PROLOG)], env=environment, check=True, timeout=30)
         body = scrape_when_complete(agent, url)
         deadline = time.monotonic() + 10
         # The publisher reports on itself once it has tried the broker; the finest-interval
-        # gauge appears once the sampler's first 2 s of reads are judged.
+        # gauge appears once the sampler's first 2 s of reads are judged; the job once the
+        # watcher has read the prolog's file.
         while time.monotonic() < deadline and not all(
             name in body
-            for name in ("burstscope_mqtt_connected", "burstscope_sampler_finest_interval_seconds")
+            for name in (
+                "burstscope_mqtt_connected",
+                "burstscope_sampler_finest_interval_seconds",
+                "burstscope_job_port",
+            )
         ):
             time.sleep(0.05)
             body = scrape(url)
@@ -532,8 +559,19 @@ def test_series_ledger_matches_the_exposition_of_the_fixture_node(
 
 
 def test_series_per_port_of_the_fixture_node_within_budget(nine_port_exposition: str) -> None:
-    per_port = sum(counts[0] for counts in series_budget(nine_port_exposition).values())
+    found = series_budget(nine_port_exposition)
+    per_port = sum(counts[0] for counts in found.values())
     assert 0 < per_port <= SERIES_BUDGET_PER_PORT, f"{per_port} series per port"
+    # With its job, and with a second job holding every port too (one more job_port each),
+    # as the README says.
+    assert found["burstscope_job_port"] == (1, 0, 0)
+    shared = per_port + found["burstscope_job_port"][0]
+    assert shared <= SERIES_BUDGET_PER_PORT
+    readme = (DASHBOARDS / "README.md").read_text()
+    stated = re.search(
+        r"(\d+) per port on this node with its job,\s+(\d+) where\s+two jobs", readme
+    )
+    assert stated is not None and (int(stated[1]), int(stated[2])) == (per_port, shared)
 
 
 # docs/metrics.md's table: the labels and the presence of every family, held to real scrapes.
