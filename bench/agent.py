@@ -60,6 +60,8 @@ from typing import Any
 
 import numpy as np
 
+from burstscope.testing.slurm_jobs import end_job, start_job
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -88,8 +90,6 @@ TARGETS = {
     # Job attribution on (Slurm jobs starting and ending) against off, the same tree.
     "jobs_cpu_ratio": 1.05,
 }
-PROLOG = ROOT / "systemd" / "slurm" / "burstscope-prolog"
-EPILOG = ROOT / "systemd" / "slurm" / "burstscope-epilog"
 # A new Slurm job every this many seconds during the jobs run (one long job stays), through
 # the shipped prolog and epilog: the watcher's polls, the table's rebuilds and the job
 # families in every scrape are all in the measured window.
@@ -454,18 +454,6 @@ def summary(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def slurm_job(script: Path, directory: Path, job_id: int) -> None:
-    """Run the shipped prolog or epilog as slurmd would, for a whole-node job."""
-    environment = {
-        "BURSTSCOPE_JOBS_DIR": str(directory),
-        "SLURM_JOB_ID": str(job_id),
-        "SLURM_JOB_USER": "bench",
-        "SLURM_JOB_UID": "1000",
-        "SLURM_NODELIST": "bench-node",
-    }
-    subprocess.run([str(script)], env=environment, check=True, capture_output=True)
-
-
 @contextlib.contextmanager
 def churning_jobs(directory: Path) -> Iterator[None]:
     """One long job, and a job that ends and is replaced every JOB_CHURN_SECONDS."""
@@ -475,14 +463,14 @@ def churning_jobs(directory: Path) -> Iterator[None]:
 
     def churn() -> None:
         job_id = 1001
-        slurm_job(PROLOG, directory, job_id)
+        start_job(directory, job_id)
         while not stop.wait(JOB_CHURN_SECONDS):
-            slurm_job(EPILOG, directory, job_id)
+            end_job(directory, job_id)
             job_id += 1
-            slurm_job(PROLOG, directory, job_id)
+            start_job(directory, job_id)
 
     directory.mkdir()
-    slurm_job(PROLOG, directory, 1)
+    start_job(directory, 1)
     thread = threading.Thread(target=churn, daemon=True)
     thread.start()
     try:

@@ -8,9 +8,7 @@ Slurm). The fixture node has no GPU, so every job holds the whole node.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,28 +17,12 @@ import pytest
 
 from burstscope.testing.emulated_node import running_agent, scrape
 from burstscope.testing.processes import wait_until
+from burstscope.testing.slurm_jobs import end_job, start_job
 from tests.conftest import SYSFS
 from tests.test_exposition import scrape_when_complete
 
-ROOT = Path(__file__).resolve().parents[1]
-PROLOG = ROOT / "systemd" / "slurm" / "burstscope-prolog"
-EPILOG = ROOT / "systemd" / "slurm" / "burstscope-epilog"
 CHURNED_JOBS = 1000
 AT_ONCE = 100
-
-
-def slurm(script: Path, jobs: Path, job_id: int, user: str = "alice") -> None:
-    """What slurmd does at a job's start (prolog) or end (epilog) on this node."""
-    environment = {
-        "BURSTSCOPE_JOBS_DIR": str(jobs),
-        # No /etc/burstscope/slurm-jobs.env of this machine's may point elsewhere.
-        "BURSTSCOPE_SLURM_ENV_FILE": os.devnull,
-        "SLURM_JOB_ID": str(job_id),
-        "SLURM_JOB_USER": user,
-        "SLURM_JOB_UID": "1000",
-        "SLURM_NODELIST": "gpu-[001-004]",
-    }
-    subprocess.run([str(script)], env=environment, check=True, capture_output=True)
 
 
 @pytest.fixture
@@ -69,7 +51,7 @@ def test_a_job_appears_with_its_ports_and_goes_with_its_epilog(
     agent, url, jobs = agent_with_jobs
     ports = [(p.device, p.port) for p in agent.settings.source.ports]
     assert job_series(scrape(url)) == []
-    slurm(PROLOG, jobs, 4242, user="alice")
+    start_job(jobs, 4242, user="alice")
     assert wait_until(lambda: running_jobs(url) == {"4242"})
     series = job_series(scrape(url))
     info = [line for line in series if line.startswith("burstscope_job_info")]
@@ -85,7 +67,7 @@ def test_a_job_appears_with_its_ports_and_goes_with_its_epilog(
     )
     assert held == sorted(ports)
     assert all('rule="whole_node"' in line for line in series if "job_port" in line)
-    slurm(EPILOG, jobs, 4242)
+    end_job(jobs, 4242)
     assert wait_until(lambda: job_series(scrape(url)) == [])
 
 
@@ -102,13 +84,13 @@ def test_a_thousand_jobs_through_a_node_leave_the_exposition_as_it_was(
     for first in range(1, CHURNED_JOBS + 1, AT_ONCE):
         batch = range(first, first + AT_ONCE)
         for job_id in batch:
-            slurm(PROLOG, jobs, job_id)
+            start_job(jobs, job_id)
         expected = {str(job_id) for job_id in batch}
         assert wait_until(lambda: running_jobs(url) == expected), f"jobs {first}.."  # noqa: B023
         # Four series per job and one per port it holds, nothing more.
         assert len(job_series(scrape(url))) == AT_ONCE * (4 + ports)
         for job_id in batch:
-            slurm(EPILOG, jobs, job_id)
+            end_job(jobs, job_id)
         assert wait_until(lambda: running_jobs(url) == set()), f"jobs {first}.. ended"
     assert series_of(scrape(url)) == baseline
     assert agent.jobs is not None and agent.jobs.table().jobs == ()

@@ -20,6 +20,7 @@ import json
 import math
 import re
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -32,6 +33,7 @@ from typing import Any
 
 from burstscope.testing.emulated_node import agent_settings, scrape
 from burstscope.testing.processes import free_port
+from burstscope.testing.slurm_jobs import start_job
 
 # The dashboards and rules as the package carries them (a link to dashboards/ in a checkout).
 DASHBOARDS = Path(__file__).resolve().parent.parent / "data-files" / "dashboards"
@@ -40,6 +42,8 @@ SAMPLE = re.compile(
 )
 COUNTER_SUFFIXES = ("_total", "_bucket", "_count", "_sum")
 PORTS_PER_NODE = 9
+# The job every simulated node runs (one job over the whole fleet).
+FLEET_JOB_ID = 5150
 
 
 @dataclass
@@ -54,20 +58,28 @@ class Exposition:
 
 
 def capture_agent(seconds: float = 5.0) -> Exposition:
-    """Two scrapes of a real in-process ``agent --source sim``, ``seconds`` apart."""
+    """Two scrapes of a real in-process ``agent --source sim``, ``seconds`` apart, with one
+    Slurm job holding the node (as a job spread over the whole fleet would): every node then
+    serves the job's series beside its ports'."""
+    with tempfile.TemporaryDirectory(prefix="burstscope-fleet-jobs-") as jobs:
+        start_job(Path(jobs), FLEET_JOB_ID, user="fleet")
+        return _capture(seconds, ["--slurm-jobs-dir", jobs])
+
+
+def _capture(seconds: float, extra: list[str]) -> Exposition:
     from burstscope.agent import Agent
     from burstscope.collector.pipeline import wait_for_first_sample
 
     port = free_port()
-    agent = Agent(agent_settings(["--source", "sim", "--listen", f"127.0.0.1:{port}"]))
+    agent = Agent(agent_settings(["--source", "sim", "--listen", f"127.0.0.1:{port}", *extra]))
     agent.start()
     try:
         if not wait_for_first_sample(agent.pipeline):
             raise RuntimeError("the sim agent did not sample within 10 s")
         url = f"http://127.0.0.1:{port}/metrics"
         deadline = time.monotonic() + 60
-        # Wait for the slow poller's first readings (port state) to be in the exposition.
-        while "burstscope_port_state{" not in scrape(url):
+        # Wait for the slow poller's first readings (port state) and the job.
+        while not all(name in scrape(url) for name in ("burstscope_port_state{", "job_port{")):
             if time.monotonic() > deadline:
                 raise RuntimeError("the sim agent exported no slow counters within 60 s")
             time.sleep(0.2)

@@ -184,6 +184,7 @@ class Topology:
             self._ports[spec.device] = (*self._ports.get(spec.device, ()), spec.port)
         self.problems = Problems(_LOG)
         self._rule = ""
+        self._unplaced: dict[str, str] = {}  # port device -> why it has no PCI place
         for device in sorted(self.storage_devices - set(self._ports)):
             self.problems.report(
                 "storage_device",
@@ -228,16 +229,15 @@ class Topology:
             _LOG.info("jobs: %s", slurm.rule)
             self._rule = slurm.rule
         nics: dict[str, PciPlace] = {}
+        # Said only when a claim needs the places (one naming GPUs): a whole-node job, the
+        # common case, and a source without PCI devices (sim, netdev) do not need them.
+        self._unplaced.clear()
         for device in sorted(self._ports):
             link = self.sysfs_root / "class" / "infiniband" / device / "device"
             try:
                 nics[device] = pci_place(self.sysfs_root, link)
             except ValueError as exc:
-                self.problems.report(
-                    "sysfs",
-                    f"nic:{device}:{exc}",
-                    f"{device}: {exc}; only whole-node jobs and claims naming it hold its ports",
-                )
+                self._unplaced[device] = str(exc)
         places: dict[str, PciPlace] = {}
         for gpu in gpus:
             link = self.sysfs_root / "bus" / "pci" / "devices" / gpu.pci_address
@@ -292,6 +292,7 @@ class Topology:
         """The devices a claim holds, each with the rule that gave it (repeats allowed)."""
         if claim.whole_node or (not claim.gpus and not claim.devices):
             return [(device, RULE_WHOLE_NODE) for device in self._ports]
+        self._say_unplaced()
         gpus = self._gpus_of(claim)
         layout = self._layout
         if layout.gpus and {gpu.minor for gpu in gpus} == set(layout.gpu_by_minor):
@@ -306,6 +307,15 @@ class Topology:
             devices = self._named_devices(claim.job.job_id, name)
             found.extend((device, rule) for device in devices)
         return found
+
+    def _say_unplaced(self) -> None:
+        """One line for every port device without a PCI place, once per distinct set."""
+        for device, reason in self._unplaced.items():
+            self.problems.report(
+                "sysfs",
+                f"nic:{device}:{reason}",
+                f"{device}: {reason}; only whole-node jobs and claims naming it hold its ports",
+            )
 
     def _named_devices(self, job_id: str, name: str) -> tuple[str, ...]:
         if name in self._ports:
