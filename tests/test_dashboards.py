@@ -488,20 +488,15 @@ def series_budget(exposition: str) -> dict[str, tuple[int, int, int]]:
     return found
 
 
-# The shipped Slurm prolog (a job's identity for the agent, written when the job starts).
-PROLOG = DASHBOARDS.parent / "systemd" / "slurm" / "burstscope-prolog"
-
-
 @pytest.fixture(scope="module")
 def nine_port_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The emulated 9-port RoCE node's /metrics with every output it can run on: hw_counters
     (CNP/ECN), MQTT (a broker that refuses: the publisher still reports on itself) and job
     attribution, running one whole-node Slurm job, as a training node does (written by the
     shipped prolog into the directory the agent watches)."""
-    import subprocess
-
     from burstscope.testing.emulated_node import EmulatedNode, running_agent, scrape
     from burstscope.testing.processes import free_port
+    from burstscope.testing.slurm_jobs import start_job
     from tests.test_exposition import scrape_when_complete
 
     root = tmp_path_factory.mktemp("ledger")
@@ -513,15 +508,7 @@ def nine_port_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
         agent,
         url,
     ):
-        environment = {
-            "BURSTSCOPE_JOBS_DIR": str(jobs),
-            "BURSTSCOPE_SLURM_ENV_FILE": str(root / "no-env-file"),
-            "SLURM_JOB_ID": "4242",
-            "SLURM_JOB_USER": "alice",
-            "SLURM_JOB_NAME": "llama-pretrain",  # so the agent need not ask squeue
-            "SLURM_NODELIST": "gpu-001",
-        }
-        subprocess.run(["sh", str(PROLOG)], env=environment, check=True, timeout=30)
+        start_job(jobs, 4242)
         body = scrape_when_complete(agent, url)
         deadline = time.monotonic() + 10
         # The publisher reports on itself once it has tried the broker; the finest-interval

@@ -27,7 +27,6 @@ from burstscope.testing.simulated_fleet import (
     substitute,
 )
 from tests.conftest import require_binary
-from tests.test_prometheus_integration import READS_JOBS
 
 pytestmark = pytest.mark.integration
 NODES = 50
@@ -92,8 +91,6 @@ def test_every_panel_query_returns_data(fleet_and_prometheus: tuple[Fleet, Prome
         if answer.get("status") != "success":
             problems.append(f"{t.dashboard}: {t.title}: {answer.get('error')}")
         elif not answer["data"]["result"]:
-            if any(name in t.expr for name in READS_JOBS):
-                continue  # the simulated nodes run no job (tests/test_job_dashboards.py)
             simulated = not any(name in t.expr for name in NOT_SIMULATED)
             (problems if simulated else exempt).append(f"{t.title}: {query}")
     assert problems == []

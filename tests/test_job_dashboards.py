@@ -12,8 +12,8 @@ query that reads job series returns data, for every job and for one; the job var
 lists the jobs; the job alerts fire for the saturating jobs only, naming the job, its user
 and ports, with a link that opens the fleet overview on the job and node; a job that ends
 leaves the panels and its alert resolves. tests/test_prometheus_integration.py and
-tests/test_fleet.py run the same panels on agents without jobs. Skips without the binary;
-fails under BURSTSCOPE_REQUIRE_INTEGRATION=1.
+tests/test_fleet.py run the same panels on real agents with one whole-node job (the shipped
+prolog's). Skips without the binary; fails under BURSTSCOPE_REQUIRE_INTEGRATION=1.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 An emulated 3-port node (bench.exporter.EmulatedNode) is written by a thread of this test:
 mlx5_0 transmits at line rate (saturating), mlx5_1 is quiet, mlx5_2 bursts at line rate
-for 100 ms of every 500 ms (bursts for the burst panels). The agent samples it every 1 ms;
+for 100 ms of every 500 ms (bursts for the burst panels); one Slurm job holds the node
+(the shipped prolog's file, for the Jobs panels). The agent samples it every 1 ms;
 Prometheus (Debian's ``prometheus``) scrapes it every 1 s and evaluates the rules every
 1 s, from a copy of the rules with every ``for:`` shortened to 2 s and every group evaluated
 every 1 s. Skips without the binary; fails under BURSTSCOPE_REQUIRE_INTEGRATION=1.
@@ -26,6 +27,7 @@ import pytest
 from burstscope.testing import simulated_fleet
 from burstscope.testing.emulated_node import CounterWriter, EmulatedNode, Load, running_agent
 from burstscope.testing.processes import free_port, wait_for
+from burstscope.testing.slurm_jobs import start_job
 from dashboards.rules import recorded_names
 from tests.conftest import require_binary
 
@@ -36,9 +38,6 @@ RATE_INTERVAL = "10s"  # what $__rate_interval would be at a 1 s scrape (>= 4 sc
 INTERVAL = "5s"  # $__interval: a few scrapes, so max_over_time always has a sample
 # Families an emulated tree cannot produce: PFC counters come from ethtool on a real netdev.
 NEEDS_REAL_NETDEV = ("burstscope_port_pfc_pause_frames_total", "burstscope_port_pfc_pause_")
-# Job series: the emulated node runs no job; tests/test_job_dashboards.py runs these panels,
-# the job variable and the job rules on nodes that do.
-READS_JOBS = ("burstscope_job_", "instance_job_id:")
 
 
 class Prometheus(simulated_fleet.Prometheus):
@@ -83,8 +82,12 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedNode]:
 
 
 @pytest.fixture(scope="module")
-def agent_url(node: EmulatedNode) -> Iterator[str]:
-    with running_agent(node.root) as (_, url):
+def agent_url(node: EmulatedNode, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The agent, with one Slurm job holding the whole node (the shipped prolog's file), so
+    the Jobs panels, the job variable and the job rules have a job to show."""
+    jobs = tmp_path_factory.mktemp("jobs")
+    start_job(jobs, 4242)
+    with running_agent(node.root, "--slurm-jobs-dir", str(jobs)) as (_, url):
         yield url
 
 
@@ -169,8 +172,6 @@ def test_every_dashboard_query_parses_and_returns_data(prometheus: Prometheus) -
         if answer.get("status") != "success":
             problems.append(f"{dashboard}: {title}: {answer.get('error')}")
         elif not answer["data"]["result"]:
-            if any(name in expr for name in READS_JOBS):
-                continue
             if any(name in expr for name in NEEDS_REAL_NETDEV):
                 exempt.append(title)
             else:
@@ -182,7 +183,7 @@ def test_every_dashboard_query_parses_and_returns_data(prometheus: Prometheus) -
 def test_template_variable_queries_return_values(prometheus: Prometheus) -> None:
     for path in sorted((DASHBOARDS / "grafana").glob("*.json")):
         for variable in json.loads(path.read_text())["templating"]["list"]:
-            if variable["type"] != "query" or any(n in variable["definition"] for n in READS_JOBS):
+            if variable["type"] != "query":
                 continue
             match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["definition"])
             assert match is not None, variable["definition"]
@@ -196,7 +197,6 @@ def test_recording_rules_produce_series(prometheus: Prometheus) -> None:
     # Per-node counts record nothing while nothing is counted: the emulated node writes
     # no congestion counters, so no port is congested while saturated.
     silent = {"instance:burstscope_ports_congested_while_saturated:count"}
-    silent |= {name for name in names if any(name.startswith(n) for n in READS_JOBS)}
     assert silent <= set(names)
 
     def missing() -> list[str]:
