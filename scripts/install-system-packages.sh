@@ -2,7 +2,8 @@
 # Installs the Debian packages the integration tests use (prometheus for promtool and the
 # server, mosquitto for MQTT, iproute2 for the veth testbed, tmux for the terminal view,
 # openssl for test certificates, systemd for systemd-analyze, fuse3 for the fault tests'
-# counter files that fail with EIO or EINVAL) when they are missing and
+# counter files that fail with EIO or EINVAL, slurm-wlm and munge for the Slurm cluster that
+# runs the shipped prolog and epilog) when they are missing and
 # we are root. Anywhere else it says what is missing and leaves the tests to skip.
 set -euo pipefail
 need=()
@@ -13,6 +14,8 @@ command -v tmux      >/dev/null 2>&1 || need+=(tmux)
 command -v openssl   >/dev/null 2>&1 || need+=(openssl)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
+command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || need+=(slurm-wlm)
+command -v munged    >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || need+=(munge)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "system packages missing: ${need[*]} (not root or no apt-get: integration tests will skip)" >&2

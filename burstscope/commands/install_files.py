@@ -1,4 +1,4 @@
-"""``burstscope install-files``: the dashboards, rules and systemd unit, from the wheel to disk."""
+"""``burstscope install-files``: the dashboards, rules, systemd unit and Slurm scripts, to disk."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Copy the Grafana dashboards and provisioning files, the Prometheus recording and "
         "alerting rules with their tests, the example Prometheus configuration, the systemd "
-        "unit and the example agent configuration to PREFIX/dashboards and PREFIX/systemd. "
+        "unit, the example agent configuration and the Slurm prolog and epilog (executable) "
+        "to PREFIX/dashboards and PREFIX/systemd. "
         "Existing files are left alone unless --force is given."
     )
     parser.add_argument(
@@ -61,6 +62,11 @@ def run(args: argparse.Namespace) -> int:
             target.parent.mkdir(parents=True, exist_ok=True)
             with source.open("rb") as reader, target.open("wb") as writer:
                 shutil.copyfileobj(reader, writer)
+            # A wheel's files may come out of a zip without their mode: a script (the Slurm
+            # prolog and epilog, which slurmd executes) is known by its "#!".
+            with target.open("rb") as written:
+                if written.read(2) == b"#!":
+                    target.chmod(0o755)
     except OSError as exc:
         raise UsageError(f"cannot write under {str(prefix)!r}: {exc.strerror}") from None
     print(f"wrote {len(files)} files under {prefix}:")
