@@ -88,22 +88,16 @@ def job_settings(config_get: Any, args: Any) -> JobSettings:
 def job_sources(settings: JobSettings) -> list[JobSource]:
     """The sources this node has; each absent one said once."""
     sources: list[JobSource] = []
-    if os.path.isdir(settings.slurm_dir):
-        from burstscope.collector.jobs.slurm import SlurmJobs
+    # Always: /run is empty after a boot until the prolog of the first job makes the
+    # directory, and an agent started before that must still see the job (the source says
+    # once that the directory is missing; a poll of a missing directory is one failed stat).
+    from burstscope.collector.jobs.slurm import SlurmJobs
 
-        kwargs: dict[str, Any] = {}
-        if settings.slurm_max_age_seconds is not None:
-            kwargs["max_age_seconds"] = settings.slurm_max_age_seconds
-        sources.append(SlurmJobs(settings.slurm_dir, **kwargs))
-        _LOG.info(
-            "jobs: reading Slurm jobs from %s (the shipped prolog writes them)", settings.slurm_dir
-        )
-    else:
-        _LOG.info(
-            "jobs: no Slurm job directory %s (install the prolog and epilog, or set "
-            "--slurm-jobs-dir): no Slurm jobs",
-            settings.slurm_dir,
-        )
+    kwargs: dict[str, Any] = {}
+    if settings.slurm_max_age_seconds is not None:
+        kwargs["max_age_seconds"] = settings.slurm_max_age_seconds
+    sources.append(SlurmJobs(settings.slurm_dir, **kwargs))
+    _LOG.info("jobs: Slurm jobs from %s (the shipped prolog writes them)", settings.slurm_dir)
     if os.path.exists(settings.kubelet_socket):
         kubernetes = _kubernetes(settings)
         if kubernetes is not None:
@@ -150,13 +144,11 @@ class JobSettingsError(Exception):
 def build_watcher(
     settings: JobSettings, ports: Sequence[PortSpec], sysfs_root: str
 ) -> JobWatcher | None:
-    """The watcher for this node, or None when attribution is off or no source exists."""
+    """The watcher for this node, or None when attribution is off."""
     if not settings.enabled:
         _LOG.info("jobs: attribution off (--no-jobs or [jobs] enabled = false)")
         return None
     sources = job_sources(settings)
-    if not sources:
-        return None
     from burstscope.collector.jobs.topology import Topology
 
     topology = Topology.from_system(
