@@ -1,7 +1,8 @@
 """A report's model: traces and CSVs through the detectors, per port and direction.
 
 What ``burstscope report`` and ``demo`` show; the views (report_view.py, plot.py) only
-turn it into a table, JSON or a picture.
+turn it into a table, JSON or a picture. A trace that recorded its jobs is also grouped by
+job (report_jobs.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from burstscope.cluster import Cluster, map_in
+from burstscope.collector.jobs.spans import read_job_log
 from burstscope.collector.trace import (
     PortSamples,
     SlowSeries,
@@ -28,7 +30,6 @@ from burstscope.detectors.analyzer import BATCH_BLOCK, Chunk, DirectionAnalyzer,
 from burstscope.detectors.bursts import Bursts
 from burstscope.detectors.config import (
     DIRECTIONS,
-    NS_PER_SECOND,
     Thresholds,
     nominal_interval_ns,
     scale_key,
@@ -44,97 +45,11 @@ from burstscope.detectors.line_rate import rate_runs
 from burstscope.detectors.scales import peak_envelope
 from burstscope.detectors.synchrony import Synchrony, synchrony
 from burstscope.errors import UsageError
+from burstscope.plot_series import PLOT_BUCKET_NS, PlotSeries, Zoom, empty_int
+from burstscope.report_jobs import JobReport, PortLedger, job_reports, ledgers
 
 # Samples a port needs before its sampling interval (the finest scale) is decided.
 INTERVAL_PROBE = 64
-# The plot shows the finest scale as its largest value per second (an hour at 1 ms is
-# 3.6 M points, more than a PNG has pixels), and a zoom of it as sampled: at least 200 ms
-# centred on the longest burst, so bursts of a few milliseconds are wide enough to see.
-PLOT_BUCKET_NS = NS_PER_SECOND
-ZOOM_MIN_NS = 200_000_000
-ZOOM_MARGIN_NS = 25_000_000  # each side of a burst longer than the minimum
-# The samples kept to place a zoom around a burst that has just closed: a longer burst is
-# zoomed on its last part.
-ZOOM_MEMORY_NS = 2 * NS_PER_SECOND
-
-
-def _empty_int() -> npt.NDArray[np.int64]:
-    return np.empty(0, dtype=np.int64)
-
-
-def _empty_float() -> npt.NDArray[np.float64]:
-    return np.empty(0, dtype=np.float64)
-
-
-@dataclass(frozen=True, slots=True)
-class PlotSeries:
-    """What --plot draws for one port direction (all empty without --plot)."""
-
-    coarse_end_ns: npt.NDArray[np.int64] = field(default_factory=_empty_int)  # 15 s windows
-    coarse_utilization: npt.NDArray[np.float64] = field(default_factory=_empty_float)
-    second_end_ns: npt.NDArray[np.int64] = field(default_factory=_empty_int)  # 1 s windows
-    second_utilization: npt.NDArray[np.float64] = field(default_factory=_empty_float)
-    peak_start_ns: npt.NDArray[np.int64] = field(default_factory=_empty_int)  # finest max/s
-    peak_utilization: npt.NDArray[np.float64] = field(default_factory=_empty_float)
-    zoom_end_ns: npt.NDArray[np.int64] = field(default_factory=_empty_int)  # finest, as sampled
-    zoom_utilization: npt.NDArray[np.float64] = field(default_factory=_empty_float)
-    zoom_valid: npt.NDArray[np.bool_] = field(default_factory=lambda: np.empty(0, dtype=np.bool_))
-    zoom_burst_ns: tuple[int, int] | None = None  # the longest burst the zoom is centred on
-    zoom_window_ns: tuple[int, int] = (0, 0)  # (start, end] of the zoom
-
-
-@dataclass(slots=True)
-class _Zoom:
-    """The finest samples in a window centred on the longest burst seen so far."""
-
-    recent: list[npt.NDArray[Any]] = field(default_factory=list)  # time, utilization, valid
-    longest_ns: int = 0
-    burst: tuple[int, int] | None = None
-    window: tuple[int, int] = (0, 0)
-    kept: list[npt.NDArray[Any]] = field(default_factory=list)
-
-    def feed(self, chunk: Chunk) -> None:
-        arrived: list[npt.NDArray[Any]] = [chunk.timestamp_ns, chunk.utilization, chunk.valid]
-        columns = arrived
-        if self.recent:
-            columns = [np.concatenate(pair) for pair in zip(self.recent, arrived, strict=True)]
-        if columns[0].size:
-            keep = columns[0] > int(columns[0][-1]) - ZOOM_MEMORY_NS
-            self.recent = [column[keep] for column in columns]
-        durations = chunk.bursts.duration_ns
-        if durations.size and int(durations.max()) > self.longest_ns:
-            # A new longest burst closed in this chunk: the chunk and the memory before it
-            # hold its window up to the chunk's end; later chunks fill the rest.
-            index = int(np.argmax(durations))
-            start, end = int(chunk.bursts.start_ns[index]), int(chunk.bursts.end_ns[index])
-            self.longest_ns = end - start
-            self.burst = (start, end)
-            length = max(ZOOM_MIN_NS, end - start + 2 * ZOOM_MARGIN_NS)
-            middle = (start + end) // 2
-            self.window = (middle - length // 2, middle - length // 2 + length)
-            self.kept = self._inside(columns)
-        elif self.kept and self.kept[0].size and int(self.kept[0][-1]) < self.window[1]:
-            after = arrived[0] > int(self.kept[0][-1])
-            later = self._inside([column[after] for column in arrived])
-            self.kept = [np.concatenate(pair) for pair in zip(self.kept, later, strict=True)]
-
-    def _inside(self, columns: list[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
-        if not columns:
-            return []
-        keep = (columns[0] > self.window[0]) & (columns[0] <= self.window[1])
-        return [column[keep] for column in columns]
-
-    def series(self) -> dict[str, Any]:
-        if self.burst is None or not self.kept:
-            return {}
-        stamps, utilization, valid = self.kept
-        return {
-            "zoom_end_ns": stamps,
-            "zoom_utilization": utilization,
-            "zoom_valid": valid,
-            "zoom_burst_ns": self.burst,
-            "zoom_window_ns": self.window,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +84,8 @@ class NodeReport:
     ports: tuple[PortReport, ...]
     synchrony: tuple[tuple[str, str, Synchrony], ...]
     saturated: MillisecondRuns  # milliseconds in which any port ended a saturated sample
+    jobs: tuple[JobReport, ...] = ()  # from the trace's side table; () without one
+    job_warnings: tuple[str, ...] = ()  # side table lines that could not be read
 
     @property
     def name(self) -> str:
@@ -221,6 +138,8 @@ class Report:
     ports: tuple[PortReport, ...]
     synchrony: tuple[tuple[str, str, Synchrony], ...]  # (source, direction, matrix)
     fleet: Fleet | None = None  # with two traces or more
+    jobs: tuple[JobReport, ...] = ()  # every trace's, in the order of the paths
+    job_warnings: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -231,7 +150,7 @@ class _Direction:
     keep_plot: bool
     plot: PlotSeries = field(default_factory=PlotSeries)
     _parts: dict[str, list[Any]] = field(default_factory=dict)
-    _zoom: _Zoom = field(default_factory=_Zoom)
+    _zoom: Zoom = field(default_factory=Zoom)
     saturated_ms: list[Any] = field(default_factory=list)
 
     def feed(self, timestamp: Any, values: Any, rebaseline: Any) -> None:
@@ -279,8 +198,12 @@ class _Port:
         options: _Options,
         interval_ns: int | None,
         work_arrays: WorkArrays,
+        ledger: PortLedger | None = None,
     ) -> None:
         self.source = source
+        # The jobs that held the port and when (None: no job did): its samples are fed in
+        # parts cut where the holders change, each part's totals added to them.
+        self.ledger = ledger
         self.work_arrays = work_arrays  # shared by every direction of the trace
         self.interval_ns = interval_ns  # as the trace states it; None: judged from the steps
         self.device = device
@@ -425,11 +348,19 @@ class _Port:
         transmit, receive = self.directions
         # A piece larger than a block (a CSV, a foreign Parquet file) is fed a block at a
         # time; any chunking gives the same result.
+        ledger = self.ledger
         for first in range(0, stamps.size, BATCH_BLOCK):
             block = slice(first, first + BATCH_BLOCK)
-            block_marks = None if marks is None else marks[block]
-            transmit.feed(stamps[block], xmit[block], block_marks)
-            receive.feed(stamps[block], rcv[block], block_marks)
+            for part in [block] if ledger is None else ledger.parts(stamps, block):
+                part_marks = None if marks is None else marks[part]
+                transmit.feed(stamps[part], xmit[part], part_marks)
+                receive.feed(stamps[part], rcv[part], part_marks)
+                if ledger is not None:
+                    ledger.record(
+                        int(stamps[part.start]),
+                        int(stamps[part.stop - 1]),
+                        (transmit.analyzer, receive.analyzer),
+                    )
 
 
 class _Blocks:
@@ -486,7 +417,13 @@ def merge_nodes(nodes: list[NodeReport]) -> Report:
     """One report from the node reports, in the order of the paths."""
     ports = tuple(p for node in nodes for p in node.ports)
     synchronies = tuple(s for node in nodes for s in node.synchrony)
-    return Report(ports, synchronies, _fleet(nodes) if len(nodes) > 1 else None)
+    return Report(
+        ports,
+        synchronies,
+        _fleet(nodes) if len(nodes) > 1 else None,
+        tuple(job for node in nodes for job in node.jobs),
+        tuple(warning for node in nodes for warning in node.job_warnings),
+    )
 
 
 def _fleet(nodes: list[NodeReport]) -> Fleet:
@@ -509,13 +446,22 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
     found: dict[tuple[str, int], _Port] = {}
     # The trace's directions are fed one after another: one set of work arrays serves all.
     work_arrays = WorkArrays()
+    held = read_job_log(path) if path.is_dir() else None
+    window = options.thresholds.coarse_window_ns
+    port_ledgers = ledgers(held.spans, window) if held is not None else {}
     try:
         info = read_info(path)
         for samples in read_samples(path):
             key = (samples.device, samples.port)
             if key not in found:
                 found[key] = _Port(
-                    str(path), samples.device, samples.port, options, info.interval_ns, work_arrays
+                    str(path),
+                    samples.device,
+                    samples.port,
+                    options,
+                    info.interval_ns,
+                    work_arrays,
+                    port_ledgers.get(key),
                 )
             found[key].add(samples)
         slow = read_slow(path)
@@ -537,6 +483,10 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
         assert port.directions is not None
         transmit, receive = port.directions
         port_bursts.append((transmit.analyzer.bursts(), receive.analyzer.bursts()))
+        last = port_reports[-1].directions[0].summary.last_ns
+        if port.ledger is not None and last is not None:
+            # What closing the last windows settled goes to the holders at the end.
+            port.ledger.record(last, last, (transmit.analyzer, receive.analyzer), final=True)
         saturated += [ms for direction in port.directions for ms in direction.saturated_ms]
     synchronies = []
     for index, name in enumerate(DIRECTIONS):
@@ -554,8 +504,32 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
                 ),
             )
         )
-    runs = MillisecondRuns.from_milliseconds(_join(saturated) if saturated else _empty_int())
-    return NodeReport(str(path), info, tuple(port_reports), tuple(synchronies), runs)
+    runs = MillisecondRuns.from_milliseconds(_join(saturated) if saturated else empty_int())
+    jobs: tuple[JobReport, ...] = ()
+    if held is not None and held.spans:
+        held_ports = {key: port_ledgers[key] for key in found if key in port_ledgers}
+        by_port = dict(zip(sorted(found), port_bursts, strict=True))
+        jobs = job_reports(str(path), held.spans, held_ports, by_port, _extent(port_reports))
+    return NodeReport(
+        str(path),
+        info,
+        tuple(port_reports),
+        tuple(synchronies),
+        runs,
+        jobs,
+        held.problems if held is not None else (),
+    )
+
+
+def _extent(ports: list[PortReport]) -> tuple[int, int] | None:
+    """The first and last sample of a trace's ports; None without samples."""
+    firsts = [d.summary.first_ns for p in ports for d in p.directions]
+    lasts = [d.summary.last_ns for p in ports for d in p.directions]
+    known_first = [t for t in firsts if t is not None]
+    known_last = [t for t in lasts if t is not None]
+    if not known_first or not known_last:
+        return None
+    return min(known_first), max(known_last)
 
 
 def _port_report(port: _Port, slow: list[SlowSeries]) -> PortReport:

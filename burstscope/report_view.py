@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -9,11 +10,13 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from burstscope.collector.jobs.model import COMPUTE, STORAGE
 from burstscope.detectors.analyzer import Summary
 from burstscope.detectors.config import NS_PER_SECOND, Thresholds
 from burstscope.detectors.congestion import CongestionShare
 from burstscope.detectors.contrast import contrast
 from burstscope.fitting import print_fitted
+from burstscope.report_jobs import JobReport, RoleTotals
 from burstscope.report_model import DirectionReport, Fleet, NodeContrast, PortReport, Report
 from burstscope.wording import partial_window, scale_label, verdict
 
@@ -122,8 +125,9 @@ def direction_json(port: PortReport, direction: DirectionReport) -> dict[str, An
 
 
 # The shape of `report --json` and `demo --json` (docs/report.md#json-outputs): 1 was
-# 0.1.0's, without this key; 2 adds fraction_busy (fraction_above_25pct goes next release).
-SCHEMA_VERSION = 2
+# 0.1.0's, without this key; 2 adds fraction_busy (fraction_above_25pct goes next release);
+# 3 adds jobs (the trace's job table, grouped by job).
+SCHEMA_VERSION = 3
 
 
 def to_json(report: Report) -> dict[str, Any]:
@@ -132,7 +136,7 @@ def to_json(report: Report) -> dict[str, Any]:
         f"{entry['source']}: {entry['device']} port {entry['port']} {entry['direction']}: {w}"
         for entry in ports
         for w in entry["warnings"]
-    ]
+    ] + list(report.job_warnings)
     synchrony = [
         {
             "source": source,
@@ -147,11 +151,53 @@ def to_json(report: Report) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "ports": ports,
         "synchrony": synchrony,
+        "jobs": [job_json(job) for job in report.jobs],
         "warnings": warnings,
     }
     if report.fleet is not None:
         document["fleet"] = fleet_json(report.fleet)
     return document
+
+
+def _totals_json(totals: RoleTotals, ports: int) -> dict[str, Any]:
+    return {
+        "ports": ports,
+        "saturated_seconds": _round(totals.saturated_ns / NS_PER_SECOND),
+        "saturated_seconds_in_quiet_windows": _round(totals.hidden_saturated_ns / NS_PER_SECOND),
+        "bursts": totals.bursts,
+        "burst_bytes": totals.burst_bytes,
+    }
+
+
+def job_json(report: JobReport) -> dict[str, Any]:
+    """One job of a trace: who, which ports when, its figures per role, its iteration."""
+    job, iteration = report.job, report.iteration
+    return {
+        "source": report.source,
+        **dataclasses.asdict(job),
+        "start_ns": report.start_ns,
+        "end_ns": report.end_ns,
+        "ports": [
+            {
+                "device": span.device,
+                "port": span.port,
+                "role": span.role,
+                "rule": span.rule,
+                "start_ns": span.start_ns,
+                "end_ns": span.end_ns,
+            }
+            for span in report.spans
+        ],
+        "compute": _totals_json(report.compute, len(report.ports(COMPUTE))),
+        "storage": _totals_json(report.storage, len(report.ports(STORAGE))),
+        "iteration": None
+        if iteration is None
+        else {
+            "period_seconds": _round(iteration.period_ns / NS_PER_SECOND),
+            "correlation": _round(iteration.correlation),
+            "bin_seconds": _round(iteration.bin_ns / NS_PER_SECOND),
+        },
+    }
 
 
 CLOCK_NOTE = (
@@ -416,5 +462,89 @@ def print_table(report: Report, console: Console | None = None) -> None:
             "(mean share of one port's burst time that another port also bursts)",
             highlight=False,
         )
+    if report.jobs:
+        print_jobs(report.jobs, console)
+    for warning in report.job_warnings:
+        console.print(f"[yellow]warning: {escape(printable(warning))}[/]", highlight=False)
     if report.fleet is not None:
         print_fleet(report.fleet, console)
+
+
+def _bytes(value: int) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value} B"
+
+
+# Left-justified: the names; the rest are figures.
+_JOB_TEXT = ("job", "role", "user", "name")
+
+
+def print_jobs(jobs: tuple[JobReport, ...], console: Console) -> None:
+    """Per job its compute ports, then its storage ports apart: saturated time, what 15 s
+    windows hide, bursts, and the iteration period its bursts repeat at."""
+    columns = [
+        _Column("job", 0),
+        _Column("role", 0),
+        _Column("ports", 2),
+        _Column("saturated", 0),
+        _Column("hidden sat.", 0),
+        _Column("bursts", 3),
+        _Column("burst bytes", 4),
+        _Column("iteration", 1),
+        _Column("user", 5),
+        _Column("name", 6),
+    ]
+    cells = []
+    lines = []
+    for job in jobs:
+        identity = escape(printable(job.job.job_id))
+        for role, totals in ((COMPUTE, job.compute), (STORAGE, job.storage)):
+            ports = job.ports(role)
+            if not ports:
+                continue
+            hidden = totals.hidden_saturated_ns / NS_PER_SECOND
+            iteration = job.iteration if role == COMPUTE else None
+            values = (
+                identity,
+                role,
+                str(len(ports)),
+                _duration(totals.saturated_ns / NS_PER_SECOND),
+                f"[bold red]{_duration(hidden)}[/]" if hidden > 0 else _duration(hidden),
+                str(totals.bursts),
+                _bytes(totals.burst_bytes),
+                "-" if iteration is None else f"{iteration.period_ns / NS_PER_SECOND:.3f} s",
+                escape(printable(job.job.user)) or "-",
+                escape(printable(job.job.name)) or "-",
+            )
+            cells.append({c.header: v for c, v in zip(columns, values, strict=True)})
+        held = "; ".join(
+            f"{role} {' '.join(escape(printable(p)) for p in job.ports(role))}"
+            for role in (COMPUTE, STORAGE)
+            if job.ports(role)
+        )
+        who = ", ".join(
+            escape(printable(part))
+            for part in (job.job.scheduler, job.job.user, job.job.name)
+            if part
+        )
+        lines.append(f"job {identity} ({who}): {held}")
+    longest = max(len(printable(job.job.job_id)) for job in jobs)
+    print_fitted(
+        console,
+        "jobs: each job's ports while it held them (the trace's job table)",
+        columns,
+        cells,
+        lambda c: {
+            "justify": "left" if c.header in _JOB_TEXT else "right",
+            "min_width": longest if c.header == "job" else None,
+        },
+    )
+    for line in lines:
+        console.print(line, highlight=False)
+    console.print(
+        "note: a port two jobs hold counts for both; iteration: the lag at which its compute "
+        "bursts repeat",
+        highlight=False,
+    )

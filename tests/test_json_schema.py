@@ -29,13 +29,15 @@ def test_discover_json_has_schema_version_2() -> None:
     assert [p["device"] for p in document["not_sampled"]] == ["mlx5_3"]
 
 
-def test_report_json_has_schema_version_2(tmp_path: Path) -> None:
+def test_report_json_has_schema_version_3(tmp_path: Path) -> None:
+    """3: jobs, the trace's job table grouped by job ([] for a trace without one)."""
     trace = tmp_path / "trace"
     simulated = burstscope("simulate", "--duration", "1", "-o", str(trace))
     assert simulated.returncode == 0, simulated.stderr
     result = burstscope("report", str(trace), "--json")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["schema_version"] == 2
+    document = json.loads(result.stdout)
+    assert document["schema_version"] == 3 and document["jobs"] == []
 
 
 def test_capture_json_has_schema_version_1(tmp_path: Path) -> None:
