@@ -568,17 +568,73 @@ def test_squeue_names_the_jobs_and_drops_those_that_ended(
     assert [c.job.job_id for c in source.poll() or []] == ["60", "61", "62", "65"]
 
 
-def test_one_job_slurm_has_forgotten_is_dropped(
-    jobs_dir: Path, squeue: StubSqueue, asking: tuple[SlurmJobs, Clock]
+def test_a_job_squeue_does_not_list_is_dropped_once_squeue_has_shown_it_sees_jobs(
+    jobs_dir: Path,
+    squeue: StubSqueue,
+    asking: tuple[SlurmJobs, Clock],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """squeue --jobs=ONE exits 1 for a job it no longer knows (22.05); several: exit 0."""
-    source, _ = asking
-    write_job(jobs_dir, "70")
+    """Not listed means ended only once squeue has listed some job here: before that it may
+    be a job purged long ago (MinJobAge) or one Slurm hides from us."""
+    source, clock = asking
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    write_job(jobs_dir, "70")  # started a minute before the clock: not just started
     assert source.poll() == [claim("70")]
+    # squeue --jobs=ONE exits 1 for a job it no longer knows (22.05); several: exit 0.
+    squeue.answer("", status=1, errors="slurm_load_jobs error: Invalid job id specified\n")
+    source.check_once()
+    assert source.poll() == [claim("70")]
+    assert (caplog.records, source.stale_jobs, source.check_failures) == ([], 0, 0)
+    write_job(jobs_dir, "71", BURSTSCOPE_PROLOG_TIME=str(int(clock.now) - 5))
+    assert len(source.poll() or []) == 2  # the checker asks about the jobs poll has seen
+    squeue.answer("71|RUNNING|new\n")
+    source.check_once()
+    assert source.poll() == [
+        Claim(Job("71", SLURM, "alice", "new", start_time=clock.now - 5), whole_node=True)
+    ]
+    (jobs_dir / "slurm-71.job").unlink()
+    write_job(jobs_dir, "72")
+    assert source.poll() == [claim("72")]
     squeue.answer("", status=1, errors="slurm_load_jobs error: Invalid job id specified\n")
     source.check_once()
     assert source.poll() == []
-    assert (source.stale_jobs, source.check_failures) == (1, 0)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"slurm: job {job_id} dropped: its epilog never removed {jobs_dir}/slurm-{job_id}.job "
+        "(squeue no longer lists it)"
+        for job_id in ("70", "72")
+    ]
+    assert (source.stale_jobs, source.check_failures) == (2, 0)
+
+
+def test_jobs_slurm_hides_are_said_once_and_dropped_only_by_age(
+    jobs_dir: Path,
+    squeue: StubSqueue,
+    asking: tuple[SlurmJobs, Clock],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """slurm.conf PrivateData=jobs: squeue lists the agent's user none of the jobs here."""
+    source, clock = asking
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    write_job(jobs_dir, "80", BURSTSCOPE_PROLOG_TIME=str(int(clock.now) - 30))
+    write_job(jobs_dir, "81", BURSTSCOPE_PROLOG_TIME=str(int(clock.now) - 7200))
+    assert len(source.poll() or []) == 2
+    squeue.answer("")
+    source.check_once()
+    source.check_once()
+    assert source.poll() == [
+        Claim(Job("80", SLURM, "alice", start_time=clock.now - 30), whole_node=True)
+    ]
+    assert [r.getMessage() for r in caplog.records] == [
+        "slurm: squeue does not list job 80, which started here 30 s ago: Slurm hides jobs "
+        "from the agent's user (PrivateData=jobs in slurm.conf?); job names stay empty, and "
+        "a job whose epilog never ran is dropped after 1.0 h",
+        f"slurm: job 81 dropped: its epilog never removed {jobs_dir}/slurm-81.job (started "
+        "2.0 h ago, past the 1.0 h max age, and squeue does not list it)",
+    ]
+    squeue.answer("80|RUNNING|seen\n")
+    source.check_once()
+    assert caplog.records[-1].getMessage() == "slurm: squeue lists this node's jobs again"
+    assert [c.job.name for c in source.poll() or []] == ["seen"]
 
 
 @pytest.mark.parametrize(

@@ -16,15 +16,18 @@ when its inode, size, mtime or ctime changed, so an unchanged directory costs mi
 counted in ``malformed_files`` and logged once per version of it.
 
 A job whose epilog never ran (slurmd killed, the directory on a disk that outlived a crash)
-is cleaned up in a background thread, never on the poll path: at most every
-``check_seconds`` (30 s) it asks ``squeue`` (``SLURM_CONF`` honoured, with a timeout) about
-every job it holds, and drops those Slurm no longer lists or lists as ended; when Slurm
-cannot be asked, it drops jobs older than ``max_age_seconds``. Each cleanup is one log line
-naming the job. The agent does not delete the stale file: the directory is root's (the
-prolog runs as root) and the agent runs unprivileged (DynamicUser), so it ignores that
-version of the file instead, and the file goes at the next boot (/run is a tmpfs) or when an
-operator removes it. A new file for the same job (a requeued job starting here again) is a
-new version and is read again.
+is cleaned up in a background thread, never on the poll path: every ``check_seconds``
+(30 s), and when a job without a name appears (at most once a second), it asks ``squeue``
+(``SLURM_CONF`` honoured, with a timeout) about every job it holds, and drops those Slurm
+lists as ended, or no longer lists once squeue has shown it can see this node's jobs (with
+``PrivateData=jobs`` it lists only the caller's own: a just-started job it does not list
+says so). When Slurm cannot be asked, or hides the jobs, it drops jobs older than
+``max_age_seconds``. Each cleanup is one log line naming the job.
+
+The agent does not delete a stale file: the directory is root's (the prolog runs as root)
+and the agent runs unprivileged (DynamicUser), so it ignores that version of the file, which
+goes at the next boot (/run is a tmpfs) or when an operator removes it. A new file for the
+same job (a requeued job starting here again) is a new version and is read again.
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ CHECK_SECONDS = 30.0
 # A job seen for the first time without a name is asked about sooner, batched with any
 # other new job: at most one call this often.
 NAME_LOOKUP_SECONDS = 1.0
+# Slurm keeps a job's record at least MinJobAge (300 s by default) after it ends, so a job
+# that started this recently and that squeue does not list is hidden from us, not gone.
+VISIBLE_SECONDS = 60.0
 # Only when Slurm cannot be asked: a file older than this is taken as a job whose epilog
 # never ran. Longer than most clusters' MaxTime; a site with longer jobs raises it.
 MAX_AGE_SECONDS = 7 * 24 * 3600.0
@@ -226,6 +232,9 @@ class SlurmJobs:
             self._stop.set()
         self._thread: threading.Thread | None = None
         self._failing: str | None = None  # why squeue gave no answer, while it does not
+        # Whether squeue shows this node's jobs: True once it listed one, False when it did
+        # not list a job that had just started. Only when True does "not listed" mean ended.
+        self._visible: bool | None = None
 
     # -- the poll path: the watcher's thread, four times a second ----------------------------
 
@@ -389,6 +398,8 @@ class SlurmJobs:
             return
         ordered = sorted(held, key=lambda job_id: (len(job_id), job_id))
         answer = self._ask_squeue(ordered)
+        if answer is not None:
+            self._judge_visibility(ordered, held, answer)
         changed = False
         with self._lock:
             for job_id in ordered:
@@ -419,15 +430,45 @@ class SlurmJobs:
         """The jobs held and not yet taken as ended (the caller holds the lock)."""
         return {job: seen for job, seen in self._held.items() if self._stale.get(job) != seen[0]}
 
+    def _judge_visibility(
+        self,
+        ordered: list[str],
+        held: Mapping[str, tuple[FileKey, float]],
+        answer: Mapping[str, tuple[str, str]],
+    ) -> None:
+        """Whether a job squeue does not list has ended, or is hidden from the agent's user
+        (slurm.conf ``PrivateData=jobs``: squeue then lists only the caller's own jobs)."""
+        if any(job_id in answer for job_id in ordered):
+            if self._visible is False:
+                _LOG.info("slurm: squeue lists this node's jobs again")
+            self._visible = True
+            return
+        now = self.clock()
+        young = [job_id for job_id in ordered if now - held[job_id][1] < VISIBLE_SECONDS]
+        if young and self._visible is not False:
+            self._visible = False
+            _LOG.warning(
+                "slurm: squeue does not list job %s, which started here %.0f s ago: Slurm "
+                "hides jobs from the agent's user (PrivateData=jobs in slurm.conf?); job "
+                "names stay empty, and a job whose epilog never ran is dropped %s",
+                young[0],
+                now - held[young[0]][1],
+                self._by_age(),
+            )
+
     def _ended(
         self, job_id: str, answer: Mapping[str, tuple[str, str]] | None, start_time: float
     ) -> str | None:
         """Why the job counts as ended, or None while it runs (or nothing can tell)."""
-        if answer is not None:
-            if job_id not in answer:
-                return "squeue no longer lists it"
+        if answer is None:
+            unknown = "Slurm cannot be asked"
+        elif job_id in answer:
             state = answer[job_id][0]
             return f"squeue says {state}" if state in ENDED_STATES else None
+        elif self._visible:
+            return "squeue no longer lists it"
+        else:  # hidden from us, or no job here was ever listed: only its age can tell
+            unknown = "squeue does not list it"
         if self.max_age_seconds is None:
             return None
         age = self.clock() - start_time
@@ -435,8 +476,13 @@ class SlurmJobs:
             return None
         return (
             f"started {age / 3600:.1f} h ago, past the {self.max_age_seconds / 3600:.1f} h "
-            "max age, and Slurm cannot be asked"
+            f"max age, and {unknown}"
         )
+
+    def _by_age(self) -> str:
+        if self.max_age_seconds is None:
+            return "never (no max age)"
+        return f"after {self.max_age_seconds / 3600:.1f} h"
 
     def _ask_squeue(self, job_ids: list[str]) -> dict[str, tuple[str, str]] | None:
         """{job id: (state, name)} for the jobs Slurm knows; None when it cannot be asked."""
@@ -486,16 +532,11 @@ class SlurmJobs:
     def _no_answer(self, reason: str) -> None:
         self.check_failures += 1
         if self._failing is None:
-            ages = (
-                f"after {self.max_age_seconds / 3600:.1f} h"
-                if self.max_age_seconds is not None
-                else "never (no max age)"
-            )
             _LOG.warning(
                 "slurm: cannot ask Slurm which jobs still run (%s): a job whose epilog "
                 "never ran is dropped %s",
                 reason,
-                ages,
+                self._by_age(),
             )
         self._failing = reason
 
