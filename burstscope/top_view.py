@@ -7,7 +7,9 @@ peak: what an operator most needs to see is what the 15 s dashboards cannot show
 transmit and receive rows stay together; ports that do not fit the terminal's height are
 counted ("+N more ports") and the footer stays. Every
 column header names its window: "15 s" (trailing), "run" (since the view started), or the
-display interval for "now".
+display interval for "now". With job attribution on and a job running, a "job" column names
+the jobs holding each port (the snapshot's job table): after the port itself, the column
+narrow terminals keep longest.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from burstscope.collector.jobs.model import STORAGE, JobTable
 from burstscope.collector.snapshot import Snapshot
 from burstscope.detectors.config import DIRECTIONS
 from burstscope.detectors.congestion import CNPS, ECN_MARKED, congestion_direction
@@ -59,6 +62,17 @@ class Row:
     cnp: int | None  # receive: CNPs sent (np_cnp_sent); transmit: handled (rp_cnp_handled)
     seen_ns: int  # how much of the 15 s window has samples
     stuck: tuple[str, ...] = ()  # PortCounters of the port at all-ones: no longer counting
+    jobs: str = "-"  # the jobs holding the port ("4242", "4242 storage", "-": none)
+
+
+def port_jobs(table: JobTable, device: str, port: int) -> str:
+    """The jobs holding a port as the view names them: ids, a storage port's marked."""
+    roles = {h.job_id: h.role for h in table.holdings if (h.device, h.port) == (device, port)}
+    held = [
+        f"{job.job_id} storage" if roles.get(job.job_id) == STORAGE else job.job_id
+        for job in table.jobs_of(device, port)
+    ]
+    return ", ".join(held) or "-"
 
 
 def rows(snapshot: Snapshot, now_window_ns: int) -> list[Row]:
@@ -100,6 +114,7 @@ def rows(snapshot: Snapshot, now_window_ns: int) -> list[Row]:
                     cnp=cnp.get(key),
                     seen_ns=live.seen_ns(WINDOW_NS, now),
                     stuck=tuple(stuck.get(key[:2], ())),
+                    jobs=port_jobs(snapshot.jobs, port.spec.device, port.spec.port),
                 )
             )
         groups.append(pair)
@@ -173,13 +188,17 @@ def _ecn_cnp(row: Row) -> str:
     return f"{count(row.ecn_marked)} / {count(row.cnp)}"
 
 
-def _columns(now_label: str) -> tuple[Column, ...]:
+def _columns(now_label: str, jobs: bool = False) -> tuple[Column, ...]:
+    """The view's columns; ``jobs``: with the job column (a job runs on the node)."""
+
     def styled(value: float | None) -> Text:
         return Text(percent(value), _style(value))
 
+    job = (Column("job\n", "left", 1, 4, lambda r: Text(r.jobs)),) if jobs else ()
     return (
         Column("port\n", "left", 0, 8, lambda r: Text(r.port)),
         Column("dir\n", "left", 0, 3, lambda r: "tx" if r.direction == "transmit" else "rx"),
+        *job,
         Column("avg\n15 s", "right", 0, 4, lambda r: styled(r.average)),
         Column("1-ms peak\n15 s", "right", 0, 9, lambda r: styled(r.peak)),
         Column(
@@ -192,14 +211,14 @@ def _columns(now_label: str) -> tuple[Column, ...]:
                 "bold red" if r.hidden_saturated_seconds else "",
             ),
         ),
-        Column(f"peak\n{now_label}", "right", 1, 6, lambda r: styled(r.now)),
-        Column("bursts/s\n15 s", "right", 2, 8, lambda r: f"{r.bursts_per_second:.1f}"),
-        Column("saturated\nrun", "right", 3, 9, lambda r: _seconds(r.saturated_seconds)),
-        Column("p99\nrun", "right", 4, 4, lambda r: percent(r.p99)),
+        Column(f"peak\n{now_label}", "right", 2, 6, lambda r: styled(r.now)),
+        Column("bursts/s\n15 s", "right", 3, 8, lambda r: f"{r.bursts_per_second:.1f}"),
+        Column("saturated\nrun", "right", 4, 9, lambda r: _seconds(r.saturated_seconds)),
+        Column("p99\nrun", "right", 5, 4, lambda r: percent(r.p99)),
         Column(
             "line rate\n",
             "right",
-            5,
+            6,
             9,
             lambda r: (
                 f"{r.line_rate_bytes_per_second * 8 / 1e9:g} Gb/s"
@@ -207,11 +226,11 @@ def _columns(now_label: str) -> tuple[Column, ...]:
                 else "unknown"
             ),
         ),
-        Column("ECN / CNP\nrun", "right", 6, 13, _ecn_cnp),
+        Column("ECN / CNP\nrun", "right", 7, 13, _ecn_cnp),
         Column(
             f"peak per second\nlast {SPARK_SECONDS} s",
             "left",
-            7,
+            8,
             SPARK_SECONDS,
             lambda r: Text(sparkline(r.history), style="cyan"),
         ),
@@ -234,7 +253,7 @@ def table(
     (None: all of them). Ports that do not fit are counted in the footer, which stays."""
     health = snapshot.health
     found = rows(snapshot, now_window_ns)
-    columns = list(_columns(_interval_label(now_window_ns)))
+    columns = list(_columns(_interval_label(now_window_ns), jobs=bool(snapshot.jobs.jobs)))
     partial = min((r.seen_ns for r in found), default=WINDOW_NS)
     notes = [
         f"{snapshot.source}",
@@ -309,5 +328,6 @@ def plain_lines(snapshot: Snapshot, every_ns: int) -> list[str]:
         )
         + ("" if row.seen_ns >= WINDOW_NS else f" (15s over first {row.seen_ns / 1e9:.0f}s)")
         + (f" stuck={','.join(row.stuck)}" if row.stuck else "")
+        + ("" if row.jobs == "-" else f" job={row.jobs.replace(', ', ',').replace(' ', ':')}")
         for row in rows(snapshot, every_ns)
     ]

@@ -12,6 +12,18 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from burstscope.collector.jobs.model import (
+    COMPUTE,
+    KUBERNETES,
+    RULE_NUMA_NODE,
+    RULE_PCIE_SWITCH,
+    RULE_WHOLE_NODE,
+    SLURM,
+    STORAGE,
+    Holding,
+    Job,
+    JobTable,
+)
 from burstscope.collector.slow_poller import CounterState, SlowSnapshot
 from burstscope.collector.snapshot import DirectionView, Health, PortView, Snapshot
 from burstscope.collector.sources.base import PortSpec
@@ -272,3 +284,53 @@ def test_top_in_a_short_tmux_terminal_counts_what_it_cannot_show() -> None:
     ports = [line.split()[0] for line in screen.splitlines() if line.startswith(" mlx5_")]
     assert ports and ports[::2] == ports[1::2], screen  # whole ports: both rows or neither
     assert f"+{9 - len(ports) // 2} more ports below" in screen, screen
+
+
+# -- jobs ----------------------------------------------------------------------------------
+
+JOBS = JobTable.build(
+    [Job("4242", SLURM, "alice", "llama"), Job("team-a/eval", KUBERNETES, name="eval")],
+    [
+        *(Holding("4242", f"mlx5_{n}", 1, COMPUTE, RULE_PCIE_SWITCH) for n in range(1, 7)),
+        Holding("4242", "mlx5_8", 1, STORAGE, RULE_WHOLE_NODE),
+        Holding("4242", "mlx5_7", 1, COMPUTE, RULE_NUMA_NODE),
+        Holding("team-a/eval", "mlx5_7", 1, COMPUTE, RULE_NUMA_NODE),  # two jobs, one port
+    ],
+)
+
+
+def render_jobs(width: int) -> str:
+    console = Console(width=width, record=True, color_system=None, force_terminal=False)
+    console.print(table(replace(snapshot(), jobs=JOBS), width=width))
+    return console.export_text()
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_the_job_holding_each_port_fits_and_matches_golden(width: int, update_golden: bool) -> None:
+    text = render_jobs(width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "…" not in text and len(text.splitlines()) <= 24
+    # After the contrast, the job is the column a narrow terminal keeps longest.
+    assert "job" in text.splitlines()[1] and "peak per second" not in render_jobs(80)
+    cells = {line.split("│")[0].strip(): line.split("│")[2].strip() for line in
+             text.splitlines() if line.startswith(" mlx5_") and "│ tx" in line}  # fmt: skip
+    assert cells == {
+        **{f"mlx5_{n}/1": "4242" for n in range(1, 7)},
+        "mlx5_7/1": "4242, team-a/eval",
+        "mlx5_8/1": "4242 storage",
+        "mlx5_0/1": "-",  # no job holds it
+    }
+    compare_golden(FIXTURES / "top" / f"view-jobs-{width}.golden.txt", text, update_golden)
+
+
+def test_without_a_job_the_view_has_no_job_column() -> None:
+    assert "job" not in render(200).splitlines()[1]
+
+
+def test_plain_lines_name_the_job() -> None:
+    lines = plain_lines(replace(snapshot(), jobs=JOBS), 1000 * MS)
+    by_port = {line.split()[1]: line for line in lines if " transmit " in line}
+    assert by_port["mlx5_1/1"].endswith(" job=4242")
+    assert by_port["mlx5_7/1"].endswith(" job=4242,team-a/eval")
+    assert by_port["mlx5_8/1"].endswith(" job=4242:storage")
+    assert "job=" not in by_port["mlx5_0/1"]
