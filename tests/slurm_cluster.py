@@ -15,6 +15,7 @@ Skips (fails under BURSTSCOPE_REQUIRE_INTEGRATION=1) when not root or a binary i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -232,20 +233,22 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     # -- tear down -----------------------------------------------------------------------------
 
     def stop(self) -> None:
-        if self._slurmctld is not None and self._slurmd is not None:
-            if self._submitted:
-                self.run("scancel", *self._submitted)
-            wait_until(lambda: not self._steps(), 20)
+        slurmd_alive = self._slurmd is not None and self._slurmd.process.poll() is None
+        if self._slurmctld is not None and slurmd_alive and self._submitted:
+            self.run("scancel", *self._submitted)
+            wait_until(lambda: not self._job_processes(), 20)  # epilogs run, steps end
         for process in (self._slurmd, self._slurmctld, self._munged):
             if process is not None and process.process.poll() is None:
                 process.stop(timeout=30)
-        # A slurmstepd left by a killed slurmd, found by its job's id and this cluster's
-        # SLURM_CONF in its environment: never another Slurm's.
-        for pid in self._steps():
-            os.kill(pid, signal.SIGKILL)
+        # What a killed slurmd left running: this cluster's job processes, never another's.
+        for pid in self._job_processes():
+            with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                os.kill(pid, signal.SIGKILL)
 
-    def _steps(self) -> list[int]:
-        """Processes of this cluster's jobs (slurmstepd and the job scripts under it)."""
+    def _job_processes(self) -> list[int]:
+        """This cluster's slurmstepd processes and the job processes under them: found by
+        this cluster's SLURM_CONF in their environment (sbatch passes the submitter's on to
+        the job; slurmd, which we start with it, to slurmstepd) and by a job's own marks."""
         mine = f"SLURM_CONF={self.conf}".encode()
         found = []
         for entry in Path("/proc").iterdir():
@@ -253,10 +256,12 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 continue
             try:
                 command = (entry / "cmdline").read_bytes()
-                environment = (entry / "environ").read_bytes()
+                environment = (entry / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if command.startswith(b"slurmstepd:") and mine in environment.split(b"\0"):
+            in_job = any(variable.startswith(b"SLURM_JOB_ID=") for variable in environment)
+            stepd = command.startswith(b"slurmstepd:")
+            if mine in environment and (stepd or in_job):
                 found.append(int(entry.name))
         return found
 
