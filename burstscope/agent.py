@@ -279,8 +279,6 @@ class Agent:
             raise UsageError(f"sampler failed to start: {exc}") from None
         for note in self.pipeline.tuning_notes():
             _LOG.info("sampler: %s", note)
-        if self.jobs is not None:
-            self.jobs.start()
         if self.settings.mqtt is not None:
             self.mqtt = attach_mqtt(
                 self.pipeline, self.settings.mqtt, self.collector, version=__version__
@@ -291,6 +289,7 @@ class Agent:
                 self.mqtt = None
                 self.stop()
                 raise UsageError(str(exc)) from None
+        self._start_jobs()
 
     def _build_jobs(self) -> None:
         """Job attribution, when on and this node has a job source (collector.jobs); built
@@ -304,6 +303,17 @@ class Agent:
             raise UsageError(str(exc)) from None
         if self.jobs is not None:
             self.pipeline.jobs = self.jobs.table
+
+    def _start_jobs(self) -> None:
+        """The watcher's thread, and the trace's side table of which job held which port
+        when (collector.jobs.spans), when the agent records."""
+        if self.jobs is None:
+            return
+        if self.pipeline.trace is not None:
+            from burstscope.collector.jobs.spans import JobLog
+
+            self.jobs.listeners.append(JobLog(self.pipeline.trace.path).on_change)
+        self.jobs.start()
 
     def stop(self) -> None:
         if self.mqtt is not None:

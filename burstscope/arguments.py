@@ -188,3 +188,25 @@ def check_every(seconds: float) -> float:
     if not 0.1 <= seconds <= 3600:
         raise UsageError(f"--every {seconds:g} must be between 0.1 and 3600 seconds")
     return seconds
+
+
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """Job attribution (Slurm, Kubernetes): agent and top alike."""
+    parser.add_argument(
+        "--slurm-jobs-dir",
+        metavar="DIR",
+        help="where the shipped Slurm prolog writes one file per job "
+        "(default /run/burstscope/jobs, made by the first job's prolog)",
+    )
+    parser.add_argument(
+        "--kubelet-socket",
+        metavar="PATH",
+        help="the kubelet's pod-resources socket (default "
+        "/var/lib/kubelet/pod-resources/kubelet.sock; absent: no Kubernetes jobs)",
+    )
+    parser.add_argument(
+        "--no-jobs",
+        action="store_true",
+        default=None,
+        help="no job attribution (Slurm, Kubernetes), whatever the configuration says",
+    )

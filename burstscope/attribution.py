@@ -13,11 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from burstscope.collector.jobs.model import JobSource
+from burstscope.collector.jobs.model import Claim, Holding, Job, JobSource
 from burstscope.collector.jobs.watcher import JobWatcher
 from burstscope.collector.sources.base import PortSpec
-
-_LOG = logging.getLogger("burstscope.jobs")
 
 DEFAULT_SLURM_DIR = "/run/burstscope/jobs"
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -85,8 +83,11 @@ def job_settings(config_get: Any, args: Any) -> JobSettings:
     )
 
 
-def job_sources(settings: JobSettings) -> list[JobSource]:
-    """The sources this node has; each absent one said once."""
+Note = tuple[int, str]  # (logging level, line): said when the watcher starts
+
+
+def job_sources(settings: JobSettings, notes: list[Note]) -> list[JobSource]:
+    """The sources this node has; each absent one said once (in ``notes``)."""
     sources: list[JobSource] = []
     # Always: /run is empty after a boot until the prolog of the first job makes the
     # directory, and an agent started before that must still see the job (the source says
@@ -97,29 +98,38 @@ def job_sources(settings: JobSettings) -> list[JobSource]:
     if settings.slurm_max_age_seconds is not None:
         kwargs["max_age_seconds"] = settings.slurm_max_age_seconds
     sources.append(SlurmJobs(settings.slurm_dir, **kwargs))
-    _LOG.info("jobs: Slurm jobs from %s (the shipped prolog writes them)", settings.slurm_dir)
+    notes.append(
+        (
+            logging.INFO,
+            f"jobs: Slurm jobs from {settings.slurm_dir} (the shipped prolog writes them)",
+        )
+    )
     if os.path.exists(settings.kubelet_socket):
-        kubernetes = _kubernetes(settings)
+        kubernetes = _kubernetes(settings, notes)
         if kubernetes is not None:
             sources.append(kubernetes)
     else:
-        _LOG.info(
-            "jobs: no kubelet pod-resources socket at %s: no Kubernetes jobs",
-            settings.kubelet_socket,
+        notes.append(
+            (
+                logging.INFO,
+                f"jobs: no kubelet pod-resources socket at {settings.kubelet_socket}: "
+                "no Kubernetes jobs",
+            )
         )
     return sources
 
 
-def _kubernetes(settings: JobSettings) -> JobSource | None:
+def _kubernetes(settings: JobSettings, notes: list[Note]) -> JobSource | None:
     """The pod-resources source, or None (said once) when its client cannot run here."""
     try:
         from burstscope.collector.jobs.kubernetes import PodResourcesJobs, ResourceNames
     except ImportError as exc:
-        _LOG.warning(
-            "jobs: kubelet socket %s present but the Kubernetes client cannot load (%s; "
-            "install burstscope[kubernetes]): no Kubernetes jobs",
-            settings.kubelet_socket,
-            exc,
+        notes.append(
+            (
+                logging.WARNING,
+                f"jobs: kubelet socket {settings.kubelet_socket} present but the Kubernetes "
+                f"client cannot load ({exc}; install burstscope[kubernetes]): no Kubernetes jobs",
+            )
         )
         return None
     try:
@@ -133,7 +143,9 @@ def _kubernetes(settings: JobSettings) -> JobSource | None:
         raise JobSettingsError(f"[jobs] {exc}") from None
     if source.off:
         return None  # it said why, once
-    _LOG.info("jobs: reading pods from the kubelet at %s", settings.kubelet_socket)
+    notes.append(
+        (logging.INFO, f"jobs: reading pods from the kubelet at {settings.kubelet_socket}")
+    )
     return source
 
 
@@ -146,16 +158,28 @@ def build_watcher(
 ) -> JobWatcher | None:
     """The watcher for this node, or None when attribution is off."""
     if not settings.enabled:
-        _LOG.info("jobs: attribution off (--no-jobs or [jobs] enabled = false)")
         return None
-    sources = job_sources(settings)
+    notes: list[Note] = []
+    sources = job_sources(settings, notes)
     from burstscope.collector.jobs.topology import Topology
 
-    topology = Topology.from_system(
-        sysfs_root,
-        settings.proc_root,
-        ports,
-        storage_devices=settings.storage_devices,
-        gres_conf=settings.gres_conf,
-    )
-    return JobWatcher(sources, topology.resolve, settings.poll_seconds)
+    built: list[Topology] = []
+
+    def resolve(claims: Sequence[Claim]) -> tuple[list[Job], list[Holding]]:
+        # Read at the first job, in the watcher's thread: a node that never runs one never
+        # walks its PCI tree, and nothing is logged by an agent whose start fails.
+        if not built:
+            built.append(
+                Topology.from_system(
+                    sysfs_root,
+                    settings.proc_root,
+                    ports,
+                    storage_devices=settings.storage_devices,
+                    gres_conf=settings.gres_conf,
+                )
+            )
+        return built[0].resolve(claims)
+
+    watcher = JobWatcher(sources, resolve, settings.poll_seconds)
+    watcher.start_notes.extend(notes)
+    return watcher

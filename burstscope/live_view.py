@@ -19,6 +19,7 @@ from rich.table import Table
 
 from burstscope.agent import AgentSettings
 from burstscope.arguments import PLAIN_EVERY_SECONDS
+from burstscope.attribution import JobSettingsError, build_watcher
 from burstscope.collector.pipeline import Pipeline
 from burstscope.collector.sampler import SamplerError
 from burstscope.collector.snapshot import Snapshot
@@ -109,12 +110,25 @@ def watch_source(
         settings.source.slow_sources(),
         settings.slow_interval_seconds,
     )
+    # The job holding each port, as the agent shows it (collector.jobs).
+    try:
+        jobs = build_watcher(settings.jobs, settings.source.ports, settings.sysfs_root)
+    except JobSettingsError as exc:
+        raise UsageError(str(exc)) from None
+    if jobs is not None:
+        pipeline.jobs = jobs.table
     stop = stop_on_signals()
     try:
         pipeline.start()
     except SamplerError as exc:
+        if jobs is not None:
+            jobs.stop()
         raise UsageError(f"sampler failed to start: {exc}") from None
+    if jobs is not None:
+        jobs.start()
     try:
         watch(pipeline.snapshot, stop, duration_seconds, every_seconds=every_seconds)
     finally:
+        if jobs is not None:
+            jobs.stop()
         pipeline.close()

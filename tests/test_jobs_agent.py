@@ -9,6 +9,8 @@ Slurm). The fixture node has no GPU, so every job holds the whole node.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from tests.conftest import SYSFS
 from tests.test_exposition import scrape_when_complete
 
 CHURNED_JOBS = 1000
+BURSTSCOPE = [sys.executable, "-m", "burstscope"]
 AT_ONCE = 100
 
 
@@ -94,3 +97,31 @@ def test_a_thousand_jobs_through_a_node_leave_the_exposition_as_it_was(
         assert wait_until(lambda: running_jobs(url) == set()), f"jobs {first}.. ended"
     assert series_of(scrape(url)) == baseline
     assert agent.jobs is not None and agent.jobs.table().jobs == ()
+
+
+def test_top_names_the_job_holding_each_port(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    start_job(jobs, 77, user="bob")
+    out = subprocess.run(
+        [
+            *BURSTSCOPE,
+            "top",
+            "--source",
+            "sim",
+            "--duration",
+            "3",
+            "--every",
+            "1",
+            "--slurm-jobs-dir",
+            str(jobs),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    lines = [
+        line for line in out.stdout.splitlines() if " transmit " in line or " receive " in line
+    ]
+    assert lines and all(line.endswith(" job=77") for line in lines), out.stdout[-2000:]

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from burstscope.agent import serve, settings_from_args, setup_logging
-from burstscope.arguments import add_source_arguments
+from burstscope.arguments import add_job_arguments, add_source_arguments
 from burstscope.collector.config import ConfigError, check_offline, load_config
 from burstscope.collector.http import DEFAULT_LISTEN
 from burstscope.collector.sampler import set_process_title
@@ -54,24 +54,7 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="also record every sample: one trace per run in DIR/<start time>/",
     )
-    parser.add_argument(
-        "--slurm-jobs-dir",
-        metavar="DIR",
-        help="where the shipped Slurm prolog writes one file per job "
-        "(default /run/burstscope/jobs; absent: no Slurm jobs)",
-    )
-    parser.add_argument(
-        "--kubelet-socket",
-        metavar="PATH",
-        help="the kubelet's pod-resources socket (default "
-        "/var/lib/kubelet/pod-resources/kubelet.sock; absent: no Kubernetes jobs)",
-    )
-    parser.add_argument(
-        "--no-jobs",
-        action="store_true",
-        default=None,
-        help="no job attribution (Slurm, Kubernetes), whatever the configuration says",
-    )
+    add_job_arguments(parser)
     add_mqtt_arguments(parser)
 
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 
 from burstscope.agent import settings_from_args
-from burstscope.arguments import add_every_argument, add_source_arguments, check_every
+from burstscope.arguments import (
+    add_every_argument,
+    add_job_arguments,
+    add_source_arguments,
+    check_every,
+)
 from burstscope.errors import UsageError
 from burstscope.live_view import watch_source
 
@@ -15,6 +20,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="agent configuration (TOML)")
     parser.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
     add_every_argument(parser)
+    add_job_arguments(parser)
     parser.set_defaults(func=run)
 
 

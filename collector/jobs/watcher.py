@@ -50,6 +50,9 @@ class JobWatcher:
         # Called with (wall-clock ns, table before, table after) on every change, in the
         # watcher's thread: the trace's side table, the log.
         self.listeners: list[Listener] = []
+        # (logging level, line) said by start(): how the sources were set up, so nothing is
+        # logged by an agent whose start fails later (a bad MQTT password is one line).
+        self.start_notes: list[tuple[int, str]] = []
         self.polls = 0
         self.failures: dict[str, int] = {source.name: 0 for source in self.sources}
         self._claims: dict[str, tuple[Claim, ...]] = {source.name: () for source in self.sources}
@@ -136,6 +139,8 @@ class JobWatcher:
             _LOG.info("jobs: %s job %s ended here", old[job_id].scheduler, job_id)
 
     def start(self) -> None:
+        for level, line in self.start_notes:
+            _LOG.log(level, "%s", line)
         self.poll_once()
         self._thread = threading.Thread(target=self._run, name="burstscope-jobs", daemon=True)
         self._thread.start()
