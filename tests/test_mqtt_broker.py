@@ -297,6 +297,11 @@ def test_payloads_of_constructed_bursts(broker: Broker) -> None:
     handle = attach_mqtt(pipeline, settings, version=__version__)  # type: ignore[arg-type]
     handle.start()
     try:
+        # The job running when publishing starts is said to start (job events follow the
+        # table the watcher swaps in, within JOB_POLL_SECONDS).
+        assert subscriber.wait_for(
+            lambda: any(e.get("kind") == "job_started" for e in subscriber.events()), 10
+        )
         second = (time.time_ns() // 1_000_000_000 - 5) * 1_000_000_000
         ms = 1_000_000
         bursts = Bursts(
@@ -309,7 +314,7 @@ def test_payloads_of_constructed_bursts(broker: Broker) -> None:
         pipeline.listeners[0](PortSpec("mlx5_0", 1, 0), "transmit", bursts)
         in_force[0] = EMPTY_TABLE  # the job ended after that drain: its bursts keep it
         handle.submit("mlx5_0", 1, "receive", [BurstRecord(second, second + ms, 5, 0.5, 0.5)])
-        assert subscriber.wait_for(lambda: len(subscriber.events()) >= 5, 10)
+        assert subscriber.wait_for(lambda: len(subscriber.events()) >= 6, 10)
     finally:
         handle.stop()
         subscriber.stop()
@@ -338,10 +343,11 @@ def test_payloads_of_constructed_bursts(broker: Broker) -> None:
          "jobs": held},
     ]  # fmt: skip
     events = subscriber.events()
-    assert sorted(e["seq"] for e in events) == [1, 2, 3, 4, 5]  # one sequence, both topics
+    assert sorted(e["seq"] for e in events) == [1, 2, 3, 4, 5, 6]  # one sequence, both topics
     seen = [{k: v for k, v in e.items() if k != "seq"} for e in events if e["topic"] == topic]
     assert seen == expected
-    (started,) = [e for e in events if e["topic"] == "burstscope/node7/event"]
+    started, ended = [e for e in events if e["topic"] == "burstscope/node7/event"]
+    assert (ended["kind"], ended["job_id"]) == ("job_ended", "4242")
     assert {k: v for k, v in started.items() if k not in ("seq", "time_ns")} == {
         "topic": "burstscope/node7/event", "kind": "job_started", "host": "node7", "run": run,
         "job_id": "4242", "scheduler": "slurm", "user": "alice", "name": "llama", "step": "",
@@ -359,7 +365,7 @@ def test_payloads_of_constructed_bursts(broker: Broker) -> None:
         "ports": ["mlx5_0/1"],
         "start_time": run / 1e9,
         "run": run,
-        "last_seq": 5,
+        "last_seq": 6,
     }
 
 

@@ -56,6 +56,9 @@ if TYPE_CHECKING:
 _LOG = logging.getLogger("burstscope.mqtt")
 INTAKE_SECONDS = 0.1
 LINK_POLL_SECONDS = 1.0
+# Job events follow the watcher's table this closely: a job is on the bus within a poll of
+# the watcher (0.25 s) plus this of its prolog's write.
+JOB_POLL_SECONDS = 0.1
 PortDirection = tuple[str, int, str]
 
 
@@ -295,6 +298,7 @@ class MqttHandle:
             async with publisher:
                 publisher.spawn(self._intake(publisher), "mqtt-intake")
                 publisher.spawn(self._link_events(publisher), "mqtt-link-events")
+                publisher.spawn(self._job_events(publisher), "mqtt-job-events")
                 if await self._stop_or_swap():
                     return
                 # Reconfigured: this connection says offline and delivers what it can in
@@ -364,14 +368,29 @@ class MqttHandle:
                 async with asyncio.timeout(INTAKE_SECONDS):
                     await publisher.closing.wait()
 
+    async def _job_events(self, publisher: MqttPublisher) -> None:
+        """Jobs starting, changing and ending on the node topic, within JOB_POLL_SECONDS of
+        the watcher's change (the table is swapped by reference: a poll is one comparison).
+        A job running when the agent starts is said to start too."""
+        said: JobTable = EMPTY_TABLE
+        while not publisher.closing.is_set():
+            jobs = self.pipeline.jobs() if self.pipeline.jobs is not None else EMPTY_TABLE
+            if jobs is not said:
+                changes = job_events(self.identity, said, jobs, time.time_ns())
+                said = jobs
+                if changes:
+                    node = node_topic(self.identity.host)
+                    publisher.enqueue([(node, payload) for payload in changes])
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(JOB_POLL_SECONDS):
+                    await publisher.closing.wait()
+
     async def _link_events(self, publisher: MqttPublisher) -> None:
         deriver = LinkEventDeriver()
         recording_paused = False
-        # The jobs said so far: a job running when the agent starts is said to start too.
-        said: JobTable = EMPTY_TABLE
+        jobs: JobTable = EMPTY_TABLE
         while not publisher.closing.is_set():
             recording = None
-            jobs = said
             try:
                 snapshot = self.pipeline.snapshot()
                 readings = readings_from_snapshot(snapshot)
@@ -380,12 +399,6 @@ class MqttHandle:
             except Exception:  # a snapshot failure must not end publishing
                 _LOG.exception("snapshot for MQTT link events failed")
                 readings = {}
-            if jobs is not said:
-                changes = job_events(self.identity, said, jobs, time.time_ns())
-                said = jobs
-                if changes:
-                    node = node_topic(self.identity.host)
-                    publisher.enqueue([(node, payload) for payload in changes])
             if recording is not None and recording.paused != recording_paused:
                 recording_paused = recording.paused
                 publisher.enqueue(
