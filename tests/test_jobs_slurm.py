@@ -115,7 +115,9 @@ def test_parse_reads_every_field_and_falls_back_for_the_start_time() -> None:
     record = parse_job_file(data, "5", START)
     assert record.job == Job("5", SLURM, "bob", "a=b", "0", "n[1-2]", 1_700_000_000.0)
     assert (record.gpus, record.named) == (("1", "0"), True)
-    bare = parse_job_file(b"BURSTSCOPE_SLURM_JOB_FORMAT=1\0SLURM_JOB_ID=5\0", "5", START)
+    bare = parse_job_file(
+        b"BURSTSCOPE_SLURM_JOB_FORMAT=1\0SLURM_JOB_ID=5\0BURSTSCOPE_PROLOG_TIME=nan\0", "5", START
+    )
     assert bare.job == Job("5", SLURM, start_time=START)  # the file's mtime
     assert (bare.gpus, bare.named) == ((), False)
 

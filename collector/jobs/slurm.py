@@ -33,6 +33,7 @@ same job (a requeued job starting here again) is a new version and is read again
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import stat
@@ -157,9 +158,11 @@ def _start_time(values: Mapping[str, str], mtime: float) -> float:
     # when the prolog ran here; the file's mtime is the last resort.
     for key in ("SLURM_JOB_START_TIME", "BURSTSCOPE_PROLOG_TIME"):
         try:
-            return float(values[key])
+            seconds = float(values[key])
         except (KeyError, ValueError):
             continue
+        if math.isfinite(seconds):  # "nan" would make the job ageless
+            return seconds
     return mtime
 
 
