@@ -65,3 +65,9 @@ def sysfs_copy(tmp_path: Path) -> Path:
     target = tmp_path / "sys"
     shutil.copytree(SYSFS, target)
     return target
+
+
+# One Slurm cluster for the whole session, shared by every module that uses the "slurm"
+# fixture (its own import of it would start a cluster per module). At the end: slurm_cluster
+# imports the helpers above.
+from tests.slurm_cluster import slurm_fixture as slurm_fixture  # noqa: E402

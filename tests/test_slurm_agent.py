@@ -24,7 +24,6 @@ import pytest
 from burstscope.collector.jobs.spans import JobSpan, read_job_spans
 from burstscope.testing.processes import AgentProcess, wait_for
 from tests.slurm_cluster import SlurmCluster
-from tests.slurm_cluster import slurm_fixture as slurm_fixture  # the "slurm" fixture
 from tests.test_mqtt_broker import Broker, Subscriber
 
 pytestmark = pytest.mark.integration

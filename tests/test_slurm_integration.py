@@ -23,7 +23,6 @@ from burstscope.collector.jobs.slurm import SlurmJobs
 from burstscope.collector.jobs.watcher import JobWatcher
 from burstscope.testing.processes import wait_for
 from tests.slurm_cluster import NODE_FAIL_SECONDS, SlurmCluster
-from tests.slurm_cluster import slurm_fixture as slurm_fixture  # the "slurm" fixture
 
 pytestmark = pytest.mark.integration
 

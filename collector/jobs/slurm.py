@@ -3,8 +3,8 @@
 ``burstscope-prolog`` runs as root under slurmd when a job starts here and writes
 ``DIR/slurm-<job id>.job`` (default /run/burstscope/jobs); ``burstscope-epilog`` removes it
 when the job ends. Each file is format 1: ``NAME=VALUE`` records each ended by a NUL byte,
-``BURSTSCOPE_SLURM_JOB_FORMAT=1`` first, then ``BURSTSCOPE_PROLOG_TIME`` and the SLURM_*
-variables slurmd gave the prolog (man slurm.conf(5), "PROLOG AND EPILOG SCRIPTS";
+``BURSTSCOPE_SLURM_JOB_FORMAT=1`` first, then ``BURSTSCOPE_PROLOG_TIME`` and the job's
+identity and GPU variables among those slurmd gave the prolog (man slurm.conf(5), "PROLOG AND EPILOG SCRIPTS";
 https://slurm.schedmd.com/prolog_epilog.html). Slurm 22.05 gives the prolog the job id,
 user, node list (``SLURM_NODELIST``; ``SLURM_JOB_NODELIST`` in later releases) and the GPUs
 it holds here (``SLURM_JOB_GPUS``, indices such as ``0,1``) but not the job's name, which the
