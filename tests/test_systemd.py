@@ -16,6 +16,8 @@ from tests.conftest import require_binary
 SYSTEMD = Path(__file__).parent.parent / "systemd"
 UNIT = SYSTEMD / "burstscope-agent.service"
 TIMING = SYSTEMD / "burstscope-agent.service.d" / "timing.conf.example"
+JOBS = SYSTEMD / "burstscope-agent.service.d" / "jobs.conf.example"
+DROP_INS = {"unit": (), "unit+timing": (TIMING,), "unit+jobs": (JOBS,), "unit+both": (TIMING, JOBS)}
 EXAMPLE = SYSTEMD / "agent.toml.example"
 INSTALLED = "/usr/local/bin/burstscope"
 MAX_EXPOSURE = 2.0
@@ -28,16 +30,17 @@ def venv_burstscope() -> str:
     return str(found)
 
 
-def unit_copy(directory: Path, drop_in: bool = False, extra: str = "") -> Path:
+def unit_copy(directory: Path, drop_ins: tuple[Path, ...] = (), extra: str = "") -> Path:
     """The unit with ExecStart on this checkout's burstscope: verify fails on a missing binary."""
     text = UNIT.read_text()
     assert f"ExecStart={INSTALLED} agent" in text
     unit = directory / UNIT.name
     unit.write_text(text.replace(INSTALLED, venv_burstscope()) + extra)
-    if drop_in:
-        drop_ins = directory / f"{UNIT.name}.d"
-        drop_ins.mkdir()
-        shutil.copy(TIMING, drop_ins / "timing.conf")
+    if drop_ins:
+        folder = directory / f"{UNIT.name}.d"
+        folder.mkdir()
+        for drop_in in drop_ins:
+            shutil.copy(drop_in, folder / drop_in.name.removesuffix(".example"))
     return unit
 
 
@@ -52,9 +55,9 @@ def verify(unit: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("drop_in", [False, True], ids=["unit", "unit+timing"])
-def test_unit_verifies_without_any_warning(tmp_path: Path, drop_in: bool) -> None:
-    result = verify(unit_copy(tmp_path, drop_in))
+@pytest.mark.parametrize("drop_ins", DROP_INS.values(), ids=DROP_INS.keys())
+def test_unit_verifies_without_any_warning(tmp_path: Path, drop_ins: tuple[Path, ...]) -> None:
+    result = verify(unit_copy(tmp_path, drop_ins))
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip() == "", result.stderr
 
@@ -78,9 +81,9 @@ def exposure(unit: Path) -> tuple[float, str]:
     return float(found.group(1)), result.stdout
 
 
-@pytest.mark.parametrize("drop_in", [False, True], ids=["unit", "unit+timing"])
-def test_security_exposure_at_most_two(tmp_path: Path, drop_in: bool) -> None:
-    unit = unit_copy(tmp_path, drop_in)
+@pytest.mark.parametrize("drop_ins", DROP_INS.values(), ids=DROP_INS.keys())
+def test_security_exposure_at_most_two(tmp_path: Path, drop_ins: tuple[Path, ...]) -> None:
+    unit = unit_copy(tmp_path, drop_ins)
     level, report = exposure(unit)
     assert level <= MAX_EXPOSURE, report
     # systemd-analyze's own gate, as CI would run it: exit 1 above the threshold.
