@@ -1,0 +1,424 @@
+"""NCCL Inspector dump files: one JSON object per completed collective, read as the file grows.
+
+The Inspector is NCCL's profiler plugin ``libnccl-profiler-inspector.so`` (NVIDIA/nccl
+``ext-profiler/inspector/`` from NCCL 2.28.3, ``plugins/profiler/inspector/`` from 2.29.7; its
+README.md and sources: ``inspector.cc``, ``inspector_plugin.cc``, ``inspector_json.cc`` and
+``json.cc``). Every release so far writes ``"inspector_output_format_version": "v4.0"``,
+though 2.30 added fields (``header.comm_name``, ``p2p_perf`` objects); this reader takes both.
+
+The file. The dump thread writes ``<NCCL_INSPECTOR_DUMP_DIR>/<hostname>-pid<pid>.log``,
+opened with ``fopen(..., "w")`` (a restarted writer truncates it), and appends for every
+communicator one object per completed operation: ``header`` (``id``: the communicator's hash
+as "0x..."; ``rank``, ``n_ranks``, ``nnodes``; from 2.30 ``comm_name``), ``metadata``
+(``inspector_output_format_version``, ``dump_timestamp_us``, ``hostname``, ``pid``) and
+``coll_perf`` (``coll``, ``coll_sn``, ``coll_msg_size_bytes``, ``coll_exec_time_us``,
+``coll_timing_source``, ``coll_algobw_gbs``, ``coll_busbw_gbs``) or, from 2.30, ``p2p_perf``
+(the same with ``p2p_`` names and ``p2p_peer``). ``json.cc`` writes an object compactly on one
+line and ends it with a newline; the README prints them indented. Both are read here: an
+object starts with ``{`` at the start of a line, so an object cut by a writer that died is
+recognised when the next one starts, and one bad object costs only itself.
+
+What it holds, and what it misses:
+
+- Collectives only up to 2.29: the plugin asks NCCL for ``ncclProfileColl |
+  ncclProfileKernelCh`` events (``inspectorPluginInit``), so Send/Recv, and with them
+  pipeline-parallel traffic, never appear. From 2.30, ``NCCL_INSPECTOR_ENABLE_P2P`` (default
+  1) adds ``ncclProfileP2p`` and Send/Recv arrive as ``p2p_perf`` objects.
+- A sample up to 2.29: each communicator keeps only its last completed collective
+  (``completedCollInfo``, overwritten at every completion) until the dump thread next passes,
+  so collectives that complete faster than the dump interval are not all written. From 2.30
+  a ring of ``NCCL_INSPECTOR_DUMP_COLL_RING_SIZE`` (1024) per communicator keeps them all
+  unless it overflows (the oldest are overwritten). 2.30 also leaves out operations under
+  ``NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES`` (8192) and, by default
+  (``NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING=1``), those without GPU kernel timing.
+- When the file grows: with ``NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS`` unset, 2.28
+  starts no dump thread (no file at all) and 2.30 writes only at communicator teardown.
+- Times of the collective only with ``NCCL_INSPECTOR_DUMP_VERBOSE=1``: ``event_trace_ts``
+  gives ``coll_start_ts``/``coll_stop_ts`` and per channel ``kernel_start_ts``,
+  ``kernel_stop_ts`` and ``kernel_record_ts``, in microseconds. Without it only
+  ``dump_timestamp_us`` dates a record, and that is when it was written, not when it ran.
+- Time base: every ``*_ts`` and ``dump_timestamp_us`` is ``inspectorGetTime()``, which is
+  ``gettimeofday``: the wall clock (CLOCK_REALTIME, stepped by NTP), not a monotonic clock,
+  read on the CPU when the plugin's callback runs. A kernel channel's start and stop are when
+  NCCL's proxy thread saw the channel's work counter move (``src/transport/profiler.cc``), so
+  they trail the GPU by that thread's polling; the GPU's own ``%globaltimer`` values go only
+  into ``coll_exec_time_us`` (``coll_timing_source`` "kernel_gpu"). A ``*_ts`` of 0 is an
+  event that never came, read as None.
+- NCCL's own AllToAll (``ncclAlltoAll``, 2.28) is named "Invalid" by 2.28.3, whose
+  ``ncclStringToFunc`` knows only the older collectives (Gather and Scatter too), with a
+  bandwidth of 0; "All2All" from 2.30. AllToAll built from grouped Send/Recv (as PyTorch
+  builds it) appears, from 2.30, as Send and Recv.
+- A bandwidth that is NaN is written as the string "nan" (``jsonDouble``): read as None.
+
+Bad input is one counted skip, logged (the first of each kind at WARNING, the rest at
+DEBUG), never an exception: an object that is not JSON or lacks a field (the plugin itself
+writes ``"comm_name":,`` when a name holds a control character, since
+``inspectorCommInfoHeader``'s result is not checked), an object over ``max_object_bytes``
+(never held in memory whole), and at ``finish`` an object cut at the end of the file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_LOG = logging.getLogger(__name__)
+
+FORMAT_VERSIONS = frozenset({"v4.0"})  # metadata.inspector_output_format_version seen so far
+# A verbose object with every channel (MAXCHANNELS is 64 in NCCL) is about 20 KB compact and
+# 40 KB indented: anything past this is not one object.
+DEFAULT_MAX_OBJECT_BYTES = 256 * 1024
+# What one read() takes from the file at most: the records it returns stay bounded too.
+DEFAULT_READ_BYTES = 4 * 1024 * 1024
+
+# Kinds of skipped input, the keys of InspectorReader.skipped.
+MALFORMED = "malformed"  # not JSON, or not an Inspector record
+OVERSIZED = "oversized"  # longer than max_object_bytes
+TRUNCATED = "truncated"  # cut at the end of the file when the reader was told it was finished
+
+_BOUNDARY = b"\n{"  # an object starts at the beginning of a line
+_DECODER = json.JSONDecoder()
+
+
+@dataclass(frozen=True, slots=True)
+class KernelChannel:
+    """One channel of the collective's kernel, verbose dumps only (``event_trace_ts``)."""
+
+    channel_id: int  # kernel_events[].channel_id
+    start_us: int | None  # kernel_start_ts: wall clock when the proxy saw the channel start
+    stop_us: int | None  # kernel_stop_ts: wall clock when the proxy saw it finish
+    record_us: int | None  # kernel_record_ts: when NCCL handed the GPU's stop time over
+
+
+@dataclass(frozen=True, slots=True)
+class InspectorRecord:
+    """One completed collective (or, from 2.30, Send/Recv) of one communicator on one rank."""
+
+    communicator_id: str  # header.id: NCCL's communicator hash, "0x..."
+    communicator_name: str | None  # header.comm_name (2.30 on; "unknown" there reads None)
+    rank: int  # header.rank
+    n_ranks: int  # header.n_ranks
+    nnodes: int  # header.nnodes
+    format_version: str  # metadata.inspector_output_format_version
+    hostname: str  # metadata.hostname (gethostname on the writer)
+    pid: int  # metadata.pid
+    dump_timestamp_us: int  # metadata.dump_timestamp_us: wall clock when written
+    collective: str  # coll_perf.coll or p2p_perf.p2p: "AllReduce", "Send", ...
+    peer: int | None  # p2p_perf.p2p_peer; None for a collective
+    sequence_number: int  # coll_sn / p2p_sn: NCCL's count of the communicator's operations
+    message_size_bytes: int  # coll_msg_size_bytes / p2p_msg_size_bytes
+    exec_time_us: int  # coll_exec_time_us: the longest channel's kernel time
+    timing_source: str | None  # coll_timing_source: kernel_gpu, kernel_cpu or collective_cpu
+    algorithm_bandwidth_gbs: float | None  # coll_algobw_gbs (None when written "nan")
+    bus_bandwidth_gbs: float | None  # coll_busbw_gbs (None when written "nan")
+    start_us: int | None  # event_trace_ts.coll_start_ts (verbose only)
+    stop_us: int | None  # event_trace_ts.coll_stop_ts (verbose only)
+    kernel_channels: tuple[KernelChannel, ...] | None  # event_trace_ts.kernel_events (verbose)
+
+    @property
+    def point_to_point(self) -> bool:
+        return self.peer is not None
+
+
+def parse_record(document: object) -> InspectorRecord:
+    """One decoded JSON object as a record; ValueError says what is missing or wrong."""
+    top = _object(document, "the object")
+    header = _object(top.get("header"), "header")
+    metadata = _object(top.get("metadata"), "metadata")
+    if ("coll_perf" in top) == ("p2p_perf" in top):
+        raise ValueError("needs exactly one of coll_perf and p2p_perf")
+    p2p = "p2p_perf" in top
+    prefix = "p2p" if p2p else "coll"
+    perf = _object(top[f"{prefix}_perf"], f"{prefix}_perf")
+    name = header.get("comm_name")
+    if name is not None and not isinstance(name, str):
+        raise ValueError("header.comm_name is not a string")
+    source = perf.get(f"{prefix}_timing_source")
+    if source is not None and not isinstance(source, str):
+        raise ValueError(f"{prefix}_timing_source is not a string")
+    start, stop, channels = _event_trace(perf.get("event_trace_ts"), prefix)
+    return InspectorRecord(
+        communicator_id=_string(header, "id"),
+        # The plugin writes "unknown" for a communicator without a name.
+        communicator_name=None if name in (None, "", "unknown") else name,
+        rank=_integer(header, "rank"),
+        n_ranks=_integer(header, "n_ranks"),
+        nnodes=_integer(header, "nnodes"),
+        format_version=_string(metadata, "inspector_output_format_version"),
+        hostname=_string(metadata, "hostname"),
+        pid=_integer(metadata, "pid"),
+        dump_timestamp_us=_integer(metadata, "dump_timestamp_us"),
+        collective=_string(perf, prefix),
+        peer=_integer(perf, "p2p_peer") if p2p else None,
+        sequence_number=_integer(perf, f"{prefix}_sn"),
+        message_size_bytes=_integer(perf, f"{prefix}_msg_size_bytes"),
+        exec_time_us=_integer(perf, f"{prefix}_exec_time_us"),
+        timing_source=source,
+        algorithm_bandwidth_gbs=_bandwidth(perf, f"{prefix}_algobw_gbs"),
+        bus_bandwidth_gbs=_bandwidth(perf, f"{prefix}_busbw_gbs"),
+        start_us=start,
+        stop_us=stop,
+        kernel_channels=channels,
+    )
+
+
+def same_host(written: str, wanted: str) -> bool:
+    """Whether a record's hostname is this host: equal, or equal up to the first dot.
+
+    gethostname gives the short name on one system and the fully qualified one on another.
+    """
+    if written == wanted:
+        return True
+    return written.split(".", 1)[0] == wanted.split(".", 1)[0]
+
+
+class InspectorReader:
+    """One dump file, read incrementally: each ``read`` returns the records completed since.
+
+    Only the bytes of an object not yet complete are held (at most ``max_object_bytes``);
+    the file is opened for each read, and a file that was replaced or truncated is read
+    again from its start. With ``hostname``, records written by another host are left out
+    and counted in ``other_host``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        hostname: str | None = None,
+        max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
+        read_bytes: int = DEFAULT_READ_BYTES,
+    ) -> None:
+        if max_object_bytes < 2 or read_bytes < 1:
+            raise ValueError("max_object_bytes must be at least 2 and read_bytes at least 1")
+        self.path = Path(path)
+        self.hostname = hostname
+        self.max_object_bytes = max_object_bytes
+        self.read_bytes = read_bytes
+        self.skipped: Counter[str] = Counter()
+        self.records = 0  # records parsed (this host's and others')
+        self.other_host = 0  # records left out because another host wrote them
+        self.position = 0  # bytes of the file taken so far
+        self.caught_up = False  # the last read reached the end of the file
+        self._identity: tuple[int, int] | None = None
+        self._pending = b""  # the object being read: starts with "{" at a line start
+        self._discarding = False  # dropping a counted skip's bytes until the next object
+        self._after_newline = True  # the last byte taken ended a line (or none was taken)
+        self._said: set[str] = set()
+
+    def read(self) -> list[InspectorRecord]:
+        """The records completed since the last read (from at most ``read_bytes`` new bytes)."""
+        try:
+            with self.path.open("rb") as file:
+                status = os.fstat(file.fileno())
+                identity = (status.st_dev, status.st_ino)
+                if self._identity is not None and (
+                    identity != self._identity or status.st_size < self.position
+                ):
+                    _LOG.info("%s was replaced or truncated: reading it from its start", self.path)
+                    self._restart()
+                self._identity = identity
+                file.seek(self.position)
+                data = file.read(self.read_bytes)
+                self.caught_up = self.position + len(data) >= status.st_size
+        except FileNotFoundError:
+            self.caught_up = True
+            return []
+        self.position += len(data)
+        return self._feed(data)
+
+    def finish(self) -> None:
+        """The writer is done: an object left incomplete at the end is a truncated skip."""
+        if self._pending.strip():  # an oversized one being dropped was counted already
+            self._skip(TRUNCATED, f"{len(self._pending)} bytes at the end of the file")
+        self._pending = b""
+        self._discarding = False
+
+    def _restart(self) -> None:
+        self.position = 0
+        self._pending = b""
+        self._discarding = False
+        self._after_newline = True
+
+    def _feed(self, data: bytes) -> list[InspectorRecord]:
+        if not data:
+            return []
+        out: list[InspectorRecord] = []
+        if self._discarding or not self._pending:
+            data = self._to_next_object(data)
+            if not data:
+                return out
+        # Invariant from here: buffer starts at "{" that begins a line.
+        buffer = self._pending + data
+        searched = max(len(self._pending) - 1, 1)  # a boundary may straddle the two
+        start = 0
+        while True:
+            end = buffer.find(_BOUNDARY, max(searched, start + 1))
+            if end < 0:
+                break
+            self._complete(buffer[start : end + 1], out)
+            start = end + 1
+        tail = buffer[start:]
+        self._after_newline = tail.endswith(b"\n")
+        if tail.rstrip().endswith(b"}") and self._complete_tail(tail, out):
+            self._pending = b""
+        elif len(tail) > self.max_object_bytes:
+            self._skip(OVERSIZED, f"an object longer than {self.max_object_bytes} bytes")
+            self._pending = b""
+            self._discarding = True
+        else:
+            self._pending = tail
+        return out
+
+    def _to_next_object(self, data: bytes) -> bytes:
+        """Drop bytes until an object starts at a line start; what is dropped must be blank."""
+        if self._after_newline and data.startswith(b"{"):
+            start = 0
+        else:
+            found = data.find(_BOUNDARY)
+            start = -1 if found < 0 else found + 1
+        dropped = data if start < 0 else data[:start]
+        if dropped.strip() and not self._discarding:
+            self._skip(MALFORMED, "bytes outside any object")
+            self._discarding = True  # the rest of them, up to the next object, with it
+        if start < 0:
+            if dropped:
+                self._after_newline = dropped.endswith(b"\n")
+            return b""
+        self._discarding = False
+        return data[start:]
+
+    def _complete(self, chunk: bytes, out: list[InspectorRecord]) -> None:
+        """One whole object, up to where the next one starts."""
+        if len(chunk) > self.max_object_bytes:
+            self._skip(OVERSIZED, f"an object of {len(chunk)} bytes")
+            return
+        # Bytes that are not UTF-8 spoil only the object that holds them (a strict encode of
+        # the object's own text fails), not a whole object before them.
+        text = chunk.decode("utf-8", "surrogateescape")
+        try:
+            document, end = _DECODER.raw_decode(text)
+            text[:end].encode()
+            record = parse_record(document)
+        except ValueError as error:  # json.JSONDecodeError and UnicodeEncodeError too
+            self._skip(MALFORMED, str(error))
+            return
+        self._keep(record, out)
+        if text[end:].strip():
+            self._skip(MALFORMED, "bytes after an object")
+
+    def _complete_tail(self, tail: bytes, out: list[InspectorRecord]) -> bool:
+        """The last object in the buffer, if it is already a whole record (no next one yet).
+
+        Anything else waits for the next object's start (or ``finish``) to be judged, so the
+        counts do not depend on where the writer's appends happened to end.
+        """
+        if len(tail) > self.max_object_bytes:
+            return False  # _feed counts it as oversized
+        try:
+            record = parse_record(json.loads(tail))
+        except ValueError:
+            return False
+        self._keep(record, out)
+        return True
+
+    def _keep(self, record: InspectorRecord, out: list[InspectorRecord]) -> None:
+        self.records += 1
+        if record.format_version not in FORMAT_VERSIONS:
+            self._say_once(
+                f"version {record.format_version}",
+                "%s: format version %s is not one this reader was written for (%s)",
+                self.path,
+                record.format_version,
+                ", ".join(sorted(FORMAT_VERSIONS)),
+            )
+        if self.hostname is not None and not same_host(record.hostname, self.hostname):
+            self.other_host += 1
+            return
+        out.append(record)
+
+    def _skip(self, kind: str, detail: str) -> None:
+        self.skipped[kind] += 1
+        level = logging.DEBUG if kind in self._said else logging.WARNING
+        self._said.add(kind)
+        _LOG.log(
+            level,
+            "%s: skipped a %s Inspector object near byte %d (%s); %d so far%s",
+            self.path,
+            kind,
+            self.position,
+            detail,
+            self.skipped[kind],
+            "" if level == logging.DEBUG else ", further ones are logged at DEBUG",
+        )
+
+    def _say_once(self, about: str, message: str, *args: object) -> None:
+        if about not in self._said:
+            self._said.add(about)
+            _LOG.warning(message, *args)
+
+
+def _object(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is not an object")
+    return value
+
+
+def _string(fields: dict[str, Any], key: str) -> str:
+    value = fields.get(key)
+    if not isinstance(value, str):
+        raise ValueError(f"{key} is missing or not a string")
+    return value
+
+
+def _integer(fields: dict[str, Any], key: str) -> int:
+    value = fields.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{key} is missing or not an integer")
+    return value
+
+
+def _bandwidth(fields: dict[str, Any], key: str) -> float | None:
+    value = fields.get(key)
+    if value == "nan":  # json.cc jsonDouble writes a NaN as this string
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ValueError(f"{key} is missing or not a number")
+    number = float(value)
+    return None if number != number else number
+
+
+def _timestamp(fields: dict[str, Any], key: str) -> int | None:
+    value = _integer(fields, key)
+    return value or None  # 0: the event never came (the plugin zero-fills its records)
+
+
+def _event_trace(
+    trace: object, prefix: str
+) -> tuple[int | None, int | None, tuple[KernelChannel, ...] | None]:
+    if trace is None:
+        return None, None, None
+    fields = _object(trace, "event_trace_ts")
+    events = fields.get("kernel_events")
+    if not isinstance(events, list):
+        raise ValueError("event_trace_ts.kernel_events is missing or not a list")
+    channels = []
+    for event in events:
+        channel = _object(event, "a kernel event")
+        channels.append(
+            KernelChannel(
+                channel_id=_integer(channel, "channel_id"),
+                start_us=_timestamp(channel, "kernel_start_ts"),
+                stop_us=_timestamp(channel, "kernel_stop_ts"),
+                record_us=_timestamp(channel, "kernel_record_ts"),
+            )
+        )
+    return (
+        _timestamp(fields, f"{prefix}_start_ts"),
+        _timestamp(fields, f"{prefix}_stop_ts"),
+        tuple(channels),
+    )
