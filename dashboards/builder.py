@@ -127,6 +127,18 @@ def panel(
     }
 
 
+def table_options(sort_by: str, descending: bool = True) -> Json:
+    """A table panel's options: header, no type icons, no footer, sorted by one column."""
+    return {
+        "showHeader": True,
+        "showTypeIcons": False,
+        "frameIndex": 0,
+        "cellHeight": "sm",
+        "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
+        "sortBy": [{"displayName": sort_by, "desc": descending}],
+    }
+
+
 def stat(
     title: str,
     description: str,

@@ -24,6 +24,7 @@ from dashboards.builder import (
     row,
     spread,
     stat,
+    table_options,
     target,
     value_mappings,
 )
@@ -94,14 +95,7 @@ def _port_table(
         targets,
         "percentunit",
         (width, 10),
-        options={
-            "showHeader": True,
-            "showTypeIcons": False,
-            "frameIndex": 0,
-            "cellHeight": "sm",
-            "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
-            "sortBy": [{"displayName": sort_by, "desc": True}],
-        },
+        options=table_options(sort_by),
         overrides=_LINK_TO_DRILLDOWN,
         transformations=transformations,
     )
@@ -295,14 +289,7 @@ def _jobs_per_node() -> Json:
         ],
         "percentunit",
         (24, 8),
-        options={
-            "showHeader": True,
-            "showTypeIcons": False,
-            "frameIndex": 0,
-            "cellHeight": "sm",
-            "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
-            "sortBy": [{"displayName": "saturated share", "desc": True}],
-        },
+        options=table_options("saturated share"),
         overrides=[
             *_LINK_TO_DRILLDOWN_NODE,
             {

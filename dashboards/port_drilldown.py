@@ -18,6 +18,7 @@ from dashboards.builder import (
     rate_of,
     row,
     stat,
+    table_options,
     target,
     value_mappings,
 )
@@ -89,14 +90,7 @@ def job_ports_table(
         ],
         "none",
         size,
-        options={
-            "showHeader": True,
-            "showTypeIcons": False,
-            "frameIndex": 0,
-            "cellHeight": "sm",
-            "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
-            "sortBy": [{"displayName": "job_id", "desc": False}],
-        },
+        options=table_options("job_id", descending=False),
         overrides=[
             {
                 "matcher": {"id": "byName", "options": "instance"},
