@@ -21,6 +21,7 @@ from burstscope.testing.emulated_node import running_agent, scrape
 from burstscope.testing.processes import wait_until
 from burstscope.testing.slurm_jobs import end_job, start_job
 from tests.conftest import SYSFS
+from tests.test_cli_core import assert_usage_error
 from tests.test_exposition import scrape_when_complete
 
 CHURNED_JOBS = 1000
@@ -125,3 +126,23 @@ def test_top_names_the_job_holding_each_port(tmp_path: Path) -> None:
         line for line in out.stdout.splitlines() if " transmit " in line or " receive " in line
     ]
     assert lines and all(line.endswith(" job=77") for line in lines), out.stdout[-2000:]
+
+
+def test_a_job_setting_only_the_kubelet_source_can_judge_is_one_line_and_exit_2(
+    tmp_path: Path,
+) -> None:
+    """An API server without a token: refused at start, before the sampler runs."""
+    socket = tmp_path / "kubelet.sock"
+    socket.touch()  # present: the source is built and judges its settings
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f'[jobs]\nkubelet_socket = "{socket}"\nkubernetes_api = "https://10.0.0.1:6443"\n'
+    )
+    result = subprocess.run(
+        [*BURSTSCOPE, "agent", "--source", "sim", "--config", str(config),
+         "--listen", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert_usage_error(result, "[jobs]", "token")
