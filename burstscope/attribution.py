@@ -1,8 +1,9 @@
 """The agent's job attribution: its settings, and the watcher built from them.
 
-Sources are optional by nature: a node without Slurm's prolog directory or the kubelet's
-pod-resources socket simply has no jobs from it, said once in the log. The Kubernetes client
-needs grpcio (the ``kubernetes`` extra): without it that source is off, with one log line.
+Sources are optional by nature: a node whose Slurm prolog never wrote a job, or without the
+kubelet's pod-resources socket, simply has no jobs from it, said once in the log. The
+Kubernetes client needs grpcio (the ``kubernetes`` extra): without it that source is off,
+with one log line.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from burstscope.collector.jobs.kubernetes import DEFAULT_KUBELET_SOCKET
 from burstscope.collector.jobs.model import Claim, Holding, Job, JobSource
+from burstscope.collector.jobs.slurm import DEFAULT_DIRECTORY as DEFAULT_SLURM_DIR
+from burstscope.collector.jobs.slurm import SlurmJobs
 from burstscope.collector.jobs.watcher import JobWatcher
 from burstscope.collector.sources.base import PortSpec
 
-DEFAULT_SLURM_DIR = "/run/burstscope/jobs"
-DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-DEFAULT_PROC_ROOT = "/proc"
+DEFAULT_PROC_ROOT = "/proc"  # where the NVIDIA driver's gpus/ folder is
 # [jobs] keys handed to the Kubernetes source without their prefix.
 KUBERNETES_KEYS = ("kubernetes_api", "kubernetes_token_file", "kubernetes_ca_file")
 # [jobs] keys naming which kubelet resources (fnmatch patterns) are GPUs, SR-IOV VFs or shared
@@ -92,8 +94,6 @@ def job_sources(settings: JobSettings, notes: list[Note]) -> list[JobSource]:
     # Always: /run is empty after a boot until the prolog of the first job makes the
     # directory, and an agent started before that must still see the job (the source says
     # once that the directory is missing; a poll of a missing directory is one failed stat).
-    from burstscope.collector.jobs.slurm import SlurmJobs
-
     kwargs: dict[str, Any] = {}
     if settings.slurm_max_age_seconds is not None:
         kwargs["max_age_seconds"] = settings.slurm_max_age_seconds
