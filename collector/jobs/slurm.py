@@ -4,11 +4,12 @@
 ``DIR/slurm-<job id>.job`` (default /run/burstscope/jobs); ``burstscope-epilog`` removes it
 when the job ends. Each file is format 1: ``NAME=VALUE`` records each ended by a NUL byte,
 ``BURSTSCOPE_SLURM_JOB_FORMAT=1`` first, then ``BURSTSCOPE_PROLOG_TIME`` and the job's
-identity and GPU variables among those slurmd gave the prolog (man slurm.conf(5), "PROLOG AND EPILOG SCRIPTS";
-https://slurm.schedmd.com/prolog_epilog.html). Slurm 22.05 gives the prolog the job id,
-user, node list (``SLURM_NODELIST``; ``SLURM_JOB_NODELIST`` in later releases) and the GPUs
-it holds here (``SLURM_JOB_GPUS``, indices such as ``0,1``) but not the job's name, which the
-man page lists for PrologSlurmctld only: the name is asked of ``squeue`` in the background.
+identity and GPU variables among those slurmd gave the prolog (man slurm.conf(5), "PROLOG
+AND EPILOG SCRIPTS"; https://slurm.schedmd.com/prolog_epilog.html). Slurm 22.05 gives the
+prolog the job id, user, node list (``SLURM_NODELIST``; ``SLURM_JOB_NODELIST`` in later
+releases) and the GPUs it holds here (``SLURM_JOB_GPUS``, indices such as ``0,1``) but not
+the job's name, which the man page lists for PrologSlurmctld only: the name is asked of
+``squeue`` in the background.
 
 ``SlurmJobs.poll`` is one ``os.scandir`` and one ``stat`` per file: a file is re-read only
 when its inode, size, mtime or ctime changed, so an unchanged directory costs microseconds
