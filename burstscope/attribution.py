@@ -170,7 +170,7 @@ def build_watcher(
         # walks its PCI tree, and nothing is logged by an agent whose start fails.
         if not built:
             built.append(
-                Topology.from_system(
+                Topology(
                     sysfs_root,
                     settings.proc_root,
                     ports,

@@ -76,7 +76,7 @@ def ports_of(tree: Path) -> list[PortSpec]:
 def topology(tree: Path, **options: Any) -> Topology:
     options.setdefault("storage_devices", ("mlx5_8",) if tree.name == "dgx" else ())
     options.setdefault("hostname", "dgx-02")
-    return Topology.from_system(tree / "sys", tree / "proc", ports_of(tree), **options)
+    return Topology(tree / "sys", tree / "proc", ports_of(tree), **options)
 
 
 def claim(job_id: str, *gpus: str, **options: Any) -> Claim:

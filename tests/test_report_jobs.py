@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from burstscope.cli import main
 from burstscope.collector.jobs.model import (
     COMPUTE,
     EMPTY_TABLE,
@@ -32,6 +31,8 @@ from burstscope.detectors.periodicity import iteration_period
 from burstscope.report_model import analyze_paths
 from burstscope.report_view import print_table
 from tests.conftest import compare_golden
+from tests.test_report import in_repo as in_repo
+from tests.test_report import report
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path("tests/fixtures/report")  # relative: the golden names sources as given
@@ -41,18 +42,6 @@ MS = 1_000_000
 # The iteration period a report finds on the simulated node, against the model's own step
 # (its iterations' median length): within this share.
 PERIOD_TOLERANCE = 0.005
-
-
-@pytest.fixture(autouse=True)
-def in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(REPO)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
-def report(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    status = main(["report", *args])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def test_jobs_json_matches_golden(capsys: pytest.CaptureFixture[str], update_golden: bool) -> None:

@@ -193,19 +193,6 @@ class Topology:
             )
         self._layout = self._read()
 
-    @classmethod
-    def from_system(
-        cls,
-        sysfs_root: Path | str,
-        proc_root: Path | str,
-        ports: Sequence[PortSpec],
-        storage_devices: Sequence[str] = (),
-        gres_conf: Path | str | None = None,
-        hostname: str | None = None,
-    ) -> Topology:
-        """The topology of the machine under these roots, read now."""
-        return cls(sysfs_root, proc_root, ports, storage_devices, gres_conf, hostname)
-
     @property
     def gpus(self) -> tuple[Gpu, ...]:
         return self._layout.gpus
