@@ -6,6 +6,8 @@ records come from the parser fixtures (tests/fixtures/collectives/).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -165,16 +167,15 @@ def test_pytorch_kernels_become_spans_classified_by_their_group() -> None:
     assert {s.source for s in spans} == {join.PYTORCH}
 
 
-def test_mapping_file_errors_name_the_file_and_the_key(tmp_path: object) -> None:
-    from pathlib import Path
+def test_mapping_file_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
 
-    root = Path(str(tmp_path))
+    root = tmp_path
     good = root / "map.toml"
     good.write_text('"0xabc" = "EP"\nDATA_PARALLEL_GROUP = "DP"\n')
     assert join.read_mapping(good) == {"0xabc": "EP", "DATA_PARALLEL_GROUP": "DP"}
     bad = root / "bad.toml"
     bad.write_text('"0xabc" = "XP"\n')
-    with pytest.raises(join.MappingError, match="bad.toml.*XP"):
+    with pytest.raises(join.MappingError, match=r"bad\.toml.*XP"):
         join.read_mapping(bad)
     with pytest.raises(join.MappingError, match="cannot be read"):
         join.read_mapping(root / "missing.toml")
