@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from burstscope.cluster import Cluster, map_in
+from burstscope.collector.jobs.model import STORAGE
 from burstscope.collector.jobs.spans import read_job_log
 from burstscope.collector.trace import (
     PortSamples,
@@ -46,6 +47,14 @@ from burstscope.detectors.scales import peak_envelope
 from burstscope.detectors.synchrony import Synchrony, synchrony
 from burstscope.errors import UsageError
 from burstscope.plot_series import PLOT_BUCKET_NS, PlotSeries, Zoom, empty_int
+from burstscope.report_collectives import (
+    CollectiveOptions,
+    CollectiveReport,
+    DirectionLabels,
+    NodeCollectives,
+    labelled_port,
+    load,
+)
 from burstscope.report_jobs import JobReport, PortLedger, job_reports, ledgers
 
 # Samples a port needs before its sampling interval (the finest scale) is decided.
@@ -86,6 +95,7 @@ class NodeReport:
     saturated: MillisecondRuns  # milliseconds in which any port ended a saturated sample
     jobs: tuple[JobReport, ...] = ()  # from the trace's side table; () without one
     job_warnings: tuple[str, ...] = ()  # side table lines that could not be read
+    collectives: CollectiveReport | None = None  # None: no collective records for it
 
     @property
     def name(self) -> str:
@@ -140,6 +150,7 @@ class Report:
     fleet: Fleet | None = None  # with two traces or more
     jobs: tuple[JobReport, ...] = ()  # every trace's, in the order of the paths
     job_warnings: tuple[str, ...] = ()
+    collectives: tuple[CollectiveReport, ...] = ()  # the traces' that had records
 
 
 @dataclass(slots=True)
@@ -152,15 +163,21 @@ class _Direction:
     _parts: dict[str, list[Any]] = field(default_factory=dict)
     _zoom: Zoom = field(default_factory=Zoom)
     saturated_ms: list[Any] = field(default_factory=list)
+    labels: DirectionLabels | None = None  # the classes in flight, when records were given
 
     def feed(self, timestamp: Any, values: Any, rebaseline: Any) -> None:
         chunk = self.analyzer.feed(timestamp, values, rebaseline)
+        if self.labels is not None:
+            self.labels.feed(chunk, values)
         if chunk.saturated.size:
             self.saturated_ms.append(saturated_milliseconds(chunk.timestamp_ns, chunk.saturated))
         self._keep(chunk)
 
     def finish(self) -> None:
-        self._keep(self.analyzer.finish())
+        chunk = self.analyzer.finish()
+        if self.labels is not None:
+            self.labels.feed(chunk, np.empty(0, dtype=np.uint64))
+        self._keep(chunk)
         if self.keep_plot:
             parts = {name: _join(parts) for name, parts in self._parts.items()}
             self.plot = PlotSeries(**parts, **self._zoom.series())
@@ -199,8 +216,11 @@ class _Port:
         interval_ns: int | None,
         work_arrays: WorkArrays,
         ledger: PortLedger | None = None,
+        collectives: NodeCollectives | None = None,
     ) -> None:
         self.source = source
+        # The labels of the collectives in flight, for a port that carries them.
+        self.collectives = collectives
         # The jobs that held the port and when (None: no job did): its samples are fed in
         # parts cut where the holders change, each part's totals added to them.
         self.ledger = ledger
@@ -285,6 +305,11 @@ class _Port:
             )
             for _ in DIRECTIONS
         )
+        if self.collectives is not None:
+            for name, direction in zip(DIRECTIONS, self.directions or (), strict=True):
+                direction.labels = self.collectives.direction(
+                    f"{self.device}/{self.port} {name}", rate, self.options.thresholds
+                )
         pending, self.pending = self.pending, []
         for samples in pending:
             self._feed(samples)
@@ -390,6 +415,7 @@ class _Options:
     line_rate: int | None
     thresholds: Thresholds
     plot: bool
+    collectives: CollectiveOptions = field(default_factory=CollectiveOptions)
 
 
 def analyze_paths(
@@ -398,6 +424,7 @@ def analyze_paths(
     plot: bool,
     thresholds: Thresholds,
     cluster: Cluster | None = None,
+    collectives: CollectiveOptions | None = None,
 ) -> Report:
     """Read every trace, feed the detectors, and gather what the views show.
 
@@ -408,7 +435,7 @@ def analyze_paths(
     if line_rate_gbits is not None and not line_rate_gbits > 0:
         raise UsageError(f"--line-rate must be positive, got {line_rate_gbits:g}")
     line_rate = None if line_rate_gbits is None else round(line_rate_gbits * 1e9 / 8)
-    options = _Options(line_rate, thresholds, plot)
+    options = _Options(line_rate, thresholds, plot, collectives or CollectiveOptions())
     nodes = map_in(cluster, analyze_trace, [(path, options) for path in paths])
     return merge_nodes(nodes)
 
@@ -423,6 +450,7 @@ def merge_nodes(nodes: list[NodeReport]) -> Report:
         _fleet(nodes) if len(nodes) > 1 else None,
         tuple(job for node in nodes for job in node.jobs),
         tuple(warning for node in nodes for warning in node.job_warnings),
+        tuple(node.collectives for node in nodes if node.collectives is not None),
     )
 
 
@@ -449,11 +477,17 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
     held = read_job_log(path) if path.is_dir() else None
     window = options.thresholds.coarse_window_ns
     port_ledgers = ledgers(held.spans, window) if held is not None else {}
+    storage = [(s.device, s.port) for s in held.spans if s.role == STORAGE] if held else []
     try:
         info = read_info(path)
+        log = load(path, options.collectives, info.host)
+        collectives = NodeCollectives(log) if log is not None else None
         for samples in read_samples(path):
             key = (samples.device, samples.port)
             if key not in found:
+                labelled = collectives is not None and labelled_port(
+                    samples.device, samples.port, storage, options.collectives.ports
+                )
                 found[key] = _Port(
                     str(path),
                     samples.device,
@@ -462,6 +496,7 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
                     info.interval_ns,
                     work_arrays,
                     port_ledgers.get(key),
+                    collectives if labelled else None,
                 )
             found[key].add(samples)
         slow = read_slow(path)
@@ -510,6 +545,17 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
         held_ports = {key: port_ledgers[key] for key in found if key in port_ledgers}
         by_port = dict(zip(sorted(found), port_bursts, strict=True))
         jobs = job_reports(str(path), held.spans, held_ports, by_port, _extent(port_reports))
+    collective_report = None
+    if collectives is not None:
+        onsets = [
+            both[index].start_ns
+            for key, both in zip(sorted(found), port_bursts, strict=True)
+            if found[key].collectives is not None
+            for index in range(len(DIRECTIONS))
+        ]
+        collective_report = collectives.report(
+            str(path), np.concatenate(onsets) if onsets else empty_int()
+        )
     return NodeReport(
         str(path),
         info,
@@ -518,6 +564,7 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
         runs,
         jobs,
         held.problems if held is not None else (),
+        collective_report,
     )
 
 

@@ -16,6 +16,7 @@ from burstscope.detectors.config import NS_PER_SECOND, Thresholds
 from burstscope.detectors.congestion import CongestionShare
 from burstscope.detectors.contrast import contrast
 from burstscope.fitting import print_fitted
+from burstscope.report_collectives_view import collectives_json, print_collectives
 from burstscope.report_jobs import JobReport, RoleTotals
 from burstscope.report_model import DirectionReport, Fleet, NodeContrast, PortReport, Report
 from burstscope.wording import partial_window, scale_label, verdict
@@ -126,8 +127,9 @@ def direction_json(port: PortReport, direction: DirectionReport) -> dict[str, An
 
 # The shape of `report --json` and `demo --json` (docs/report.md#json-outputs): 1 was
 # 0.1.0's, without this key; 2 adds fraction_busy (fraction_above_25pct goes next release);
-# 3 adds jobs (the trace's job table, grouped by job).
-SCHEMA_VERSION = 3
+# 3 adds jobs (the trace's job table, grouped by job); 4 adds collectives (the records of
+# NCCL's Inspector and PyTorch traces joined to the samples).
+SCHEMA_VERSION = 4
 
 
 def to_json(report: Report) -> dict[str, Any]:
@@ -152,6 +154,7 @@ def to_json(report: Report) -> dict[str, Any]:
         "ports": ports,
         "synchrony": synchrony,
         "jobs": [job_json(job) for job in report.jobs],
+        "collectives": [collectives_json(c) for c in report.collectives],
         "warnings": warnings,
     }
     if report.fleet is not None:
@@ -464,6 +467,8 @@ def print_table(report: Report, console: Console | None = None) -> None:
         )
     if report.jobs:
         print_jobs(report.jobs, console)
+    if report.collectives:
+        print_collectives(report.collectives, console)
     for warning in report.job_warnings:
         console.print(f"[yellow]warning: {escape(printable(warning))}[/]", highlight=False)
     if report.fleet is not None:

@@ -88,18 +88,23 @@ def _merged(starts: I64, ends: I64) -> tuple[I64, I64]:
 class SpanIndex:
     """Spans by class, merged, for labelling many samples at once; and the spans themselves."""
 
-    def __init__(self, spans: Sequence[CollectiveSpan]) -> None:
-        self.spans = sorted(spans, key=lambda s: (s.start_ns, s.end_ns))
+    def __init__(self, spans: Sequence[CollectiveSpan], bits: Sequence[int] | None = None) -> None:
+        """``bits``: one per span, in the order given, in place of each span's class bit (a
+        bit per collective name, say); at most 8 distinct bits."""
+        given = [s.bit for s in spans] if bits is None else list(bits)
+        order = sorted(range(len(spans)), key=lambda i: (spans[i].start_ns, spans[i].end_ns))
+        self.spans = [spans[i] for i in order]
         self._starts = np.array([s.start_ns for s in self.spans], dtype=np.int64)
         self._ends = np.array([s.end_ns for s in self.spans], dtype=np.int64)
         # The longest span bounds how far back a span overlapping a time can start.
         self._longest = int((self._ends - self._starts).max()) if self.spans else 0
-        bits = np.array([s.bit for s in self.spans], dtype=np.int64)
+        span_bits = np.array([given[i] for i in order], dtype=np.int64)
         self._by_bit: dict[int, tuple[I64, I64]] = {}
-        for bit, _ in _NAMES:
-            chosen = bits == bit
-            if chosen.any():
-                self._by_bit[bit] = _merged(self._starts[chosen], self._ends[chosen])
+        for bit in sorted(set(span_bits.tolist())):
+            if not 0 < bit < 256:
+                raise ValueError(f"bit {bit} does not fit a mask of 8 bits")
+            chosen = span_bits == bit
+            self._by_bit[bit] = _merged(self._starts[chosen], self._ends[chosen])
 
     def __len__(self) -> int:
         return len(self.spans)
@@ -259,8 +264,13 @@ def collision_runs(
     masks: U8,
     saturated: npt.NDArray[np.bool_],
     index: SpanIndex,
+    position: I64 | None = None,
 ) -> list[CollisionRun]:
-    """The runs of saturated samples under two or more of Hermod's types, in time order."""
+    """The runs of saturated samples under two or more of Hermod's types, in time order.
+
+    ``position``: each sample's place in its series, when these are not all of them (a run
+    breaks where positions are not consecutive); by default the samples are consecutive.
+    """
     hermod = masks & HERMOD
     colliding = saturated & (np.array([hermod_kinds(int(m)) for m in range(16)])[hermod] >= 2)
     runs: list[CollisionRun] = []
@@ -268,7 +278,8 @@ def collision_runs(
     if chosen.size == 0:
         return runs
     # A run breaks where samples are not consecutive or the class set changes.
-    breaks = np.flatnonzero((np.diff(chosen) != 1) | (np.diff(hermod[chosen]) != 0)) + 1
+    place = chosen if position is None else np.asarray(position)[chosen]
+    breaks = np.flatnonzero((np.diff(place) != 1) | (np.diff(hermod[chosen]) != 0)) + 1
     for group in np.split(chosen, breaks):
         mask = int(hermod[group[0]])
         start, end = int(lo_ns[group[0]]), int(hi_ns[group[-1]])

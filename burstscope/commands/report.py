@@ -50,6 +50,45 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="line rate in Gb/s for every port (overrides the trace's line rate column)",
     )
+    records = parser.add_argument_group(
+        "collectives",
+        "label each sample and burst with the collectives in flight on its host "
+        "(docs/collectives.md); a trace directory's own collectives/ is read by default",
+    )
+    records.add_argument(
+        "--nccl-inspector",
+        action="append",
+        metavar="PATH",
+        type=Path,
+        help="an NCCL Inspector dump file or directory (repeatable); only the trace's host's "
+        "records are read; only verbose dumps (NCCL_INSPECTOR_DUMP_VERBOSE=1) are placed in time",
+    )
+    records.add_argument(
+        "--pytorch-trace",
+        action="append",
+        metavar="PATH",
+        type=Path,
+        help="a torch.profiler Chrome trace (.json or .json.gz) of a rank on the trace's host "
+        "(repeatable)",
+    )
+    records.add_argument(
+        "--collective-map",
+        metavar="FILE",
+        type=Path,
+        help='TOML: "communicator id or group name" = "EP" | "PP" | "DP" | "other"',
+    )
+    records.add_argument(
+        "--collective-clock-offset",
+        default="0",
+        metavar="DURATION",
+        help="added to every record's time to put it on the counters' clock (default 0)",
+    )
+    records.add_argument(
+        "--collective-ports",
+        metavar="LIST",
+        help="label only these ports: DEVICE or DEVICE/PORT, comma-separated (default: every "
+        "port the trace's job table does not mark storage)",
+    )
     defaults = Thresholds()
     for name, meaning in (
         ("burst", "a burst is a run of samples above this share of line rate"),
@@ -86,6 +125,19 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(
                 "--plot needs matplotlib: pip install 'burstscope[plot]' (or matplotlib)"
             )
+    from burstscope.report_collectives import (
+        CollectiveOptions,
+        parse_offset,
+        parse_ports,
+    )
+
+    collectives = CollectiveOptions.build(
+        args.nccl_inspector or [],
+        args.pytorch_trace or [],
+        args.collective_map,
+        parse_offset(args.collective_clock_offset),
+        parse_ports(args.collective_ports),
+    )
     start_local_workers_early(args.workers, args.scheduler)
     # Loaded after that, and here rather than with this module: numpy, pyarrow and the
     # detectors (0.15 s) load while the local workers' forkserver loads the same.
@@ -94,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
 
     with dask_cluster(args.workers, args.scheduler) as cluster:
         report = analyze_paths(
-            args.paths, args.line_rate, args.plot is not None, thresholds, cluster
+            args.paths, args.line_rate, args.plot is not None, thresholds, cluster, collectives
         )
     if args.plot is not None:
         from burstscope.plot import fleet_plot_path, write_fleet_plot, write_plot
