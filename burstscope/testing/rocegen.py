@@ -25,6 +25,16 @@ not the time it is on the wire. Each burst records:
 
 Times are wall-clock ns computed as CLOCK_MONOTONIC plus an offset fixed at start, the
 same clock a burstscope trace uses, so schedule and trace compare directly.
+
+Collectives. Each burst is one collective of one of Hermod's coflow types (the keys of
+``detectors/coflows.py`` ``TYPE_RANK``), one QP per type: EP an AllToAll, PP a Send, DP a
+ReduceScatter or AllGather (FSDP's pair, alternating). With ``--collision-share`` a share of
+the bursts get a second one of another type that starts while the first is still on the
+link (the two sockets' packets interleave in tbf's one queue), so collision milliseconds
+exist: two types in flight at once. With ``--inspector-dir`` every burst is also written,
+when it ends, as the record NCCL's Inspector plugin would write for it (see
+:class:`InspectorWriter`), so a join of counters and records can be checked against this
+schedule.
 """
 
 from __future__ import annotations
@@ -43,6 +53,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from burstscope.detectors.coflows import TYPE_RANK
+from burstscope.testing.inspector_writer import (
+    ALL_GATHER,
+    ALL_TO_ALL,
+    REDUCE_SCATTER,
+    SEND,
+    InspectorWriter,
+    Operation,
+)
 
 ROCE_PORT = 4791
 # Frame bytes around the UDP payload on a veth: Ethernet 14 + IPv4 20 + UDP 8. This is
@@ -71,12 +91,26 @@ RC_RDMA_WRITE_FIRST = 0x06
 RC_RDMA_WRITE_MIDDLE = 0x07
 RC_RDMA_WRITE_LAST = 0x08
 
+# One QP per coflow type, so two types in flight at once are two sockets whose drains are
+# measured apart. The order of BURST_QPS keeps a seed's plan what it was before types.
+KINDS = ("EP", "PP", "DP")
+assert set(KINDS) == set(TYPE_RANK)
+KIND_OF_QP = dict(zip(BURST_QPS, KINDS, strict=True))
+QP_OF_KIND = {kind: qp for qp, kind in KIND_OF_QP.items()}
+# The collectives DP bursts take turns as: FSDP gathers forward and scatters backward.
+DATA_PARALLEL = (REDUCE_SCATTER, ALL_GATHER)
+
 
 @dataclass(frozen=True, slots=True)
 class PlannedBurst:
     offset_ns: int  # from the start of the run
     duration_ns: int  # at line rate
     qp: int
+    collective: str = ALL_TO_ALL  # the Inspector's name for it; the type is the QP's
+
+    @property
+    def kind(self) -> str:
+        return KIND_OF_QP[self.qp]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,21 +132,59 @@ def plan(
     min_gap_ms: float = 30.0,
     background_period_ms: float = 1.0,
     background_payload: int = 1200,
+    collision_share: float = 0.0,
 ) -> Plan:
     """Start-to-start intervals are drawn from ``every_ms``; a gap of ``min_gap_ms`` at least
-    keeps consecutive bursts apart, so each is its own run of saturated milliseconds."""
+    keeps consecutive bursts apart, so each is its own run of saturated milliseconds.
+
+    With ``collision_share``, that share of the bursts (drawn) get a partner of another type
+    planned to start 40-95% into them: the pair is one run of saturated milliseconds with
+    two types in flight at once. Without it the draws, and so a seed's plan, are as before.
+    """
     rng = random.Random(seed)
     total = int(duration_seconds * 1e9)
-    t = int(lead_seconds * 1e9)
-    bursts = []
+    lead = int(lead_seconds * 1e9)
+    t = lead
+    bursts: list[PlannedBurst] = []
+    data_parallel = 0
+
+    def collective(kind: str) -> str:
+        nonlocal data_parallel
+        if kind == "EP":
+            return ALL_TO_ALL
+        if kind == "PP":
+            return SEND
+        data_parallel += 1
+        return DATA_PARALLEL[(data_parallel - 1) % len(DATA_PARALLEL)]
+
     while True:
         duration = int(rng.uniform(*burst_ms) * 1e6)
-        if t + duration > total - int(lead_seconds * 1e9):
+        if t + duration > total - lead:
             break
-        bursts.append(PlannedBurst(t, duration, rng.choice(BURST_QPS)))
+        qp = rng.choice(BURST_QPS)
+        bursts.append(PlannedBurst(t, duration, qp, collective(KIND_OF_QP[qp])))
+        busy = duration  # at line rate, from t
+        if collision_share > 0 and rng.random() < collision_share:
+            second = int(rng.uniform(*burst_ms) * 1e6)
+            if t + duration + second <= total - lead:
+                kind = rng.choice([k for k in KINDS if k != KIND_OF_QP[qp]])
+                offset = t + int(duration * rng.uniform(0.4, 0.95))
+                bursts.append(PlannedBurst(offset, second, QP_OF_KIND[kind], collective(kind)))
+                busy += second  # the pair shares the line: both are done by then
         interval = int(rng.uniform(*every_ms) * 1e6)
-        t += max(interval, duration + int(min_gap_ms * 1e6))
+        t += max(interval, busy + int(min_gap_ms * 1e6))
     return Plan(tuple(bursts), total, int(background_period_ms * 1e6), background_payload)
+
+
+def together(bursts: Sequence[PlannedBurst]) -> list[list[PlannedBurst]]:
+    """The plan's bursts in groups sent together: each starts before the one before ends."""
+    groups: list[list[PlannedBurst]] = []
+    for burst in bursts:
+        if groups and burst.offset_ns < groups[-1][-1].offset_ns + groups[-1][-1].duration_ns:
+            groups[-1].append(burst)
+        else:
+            groups.append([burst])
+    return groups
 
 
 def templates(
@@ -215,6 +287,8 @@ class BurstTruth:
     bytes: int
     packets: int
     starved_ns: int = 0  # sender away with the queue drained: the wire idled mid-burst
+    kind: str = ""  # EP, PP or DP: the QP's coflow type
+    collective: str = ""  # as the Inspector names it
 
 
 @dataclass
@@ -230,11 +304,19 @@ class GroundTruth:
 
     @property
     def achieved_share(self) -> float | None:
-        """Burst bytes over burst wire time, as a share of the shaped line rate."""
-        seconds = sum(b.end_ns - b.start_ns for b in self.bursts) / 1e9
-        if seconds <= 0:
+        """Burst bytes over burst wire time, as a share of the shaped line rate.
+
+        Wire time is the union of the bursts' spans: two in flight at once share the line.
+        """
+        busy = 0
+        reach = None
+        for burst in sorted(self.bursts, key=lambda b: b.start_ns):
+            start = burst.start_ns if reach is None else max(burst.start_ns, reach)
+            busy += max(burst.end_ns - start, 0)
+            reach = burst.end_ns if reach is None else max(reach, burst.end_ns)
+        if busy <= 0:
             return None
-        return sum(b.bytes for b in self.bursts) / seconds / self.line_rate_bytes_per_second
+        return sum(b.bytes for b in self.bursts) / (busy / 1e9) / self.line_rate_bytes_per_second
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -243,10 +325,31 @@ class GroundTruth:
         return data
 
 
+@dataclass(slots=True)
+class _Sending:
+    """One burst of a group on its way: its flow, what it must send, what it did."""
+
+    planned: PlannedBurst
+    flow: _Flow
+    target: int  # frame bytes at line rate for the planned duration
+    start: int
+    sent: int = 0
+    packets: int = 0
+    starved: int = 0
+    send_end: int = 0
+
+
 def run(
-    source: str, destination: str, schedule: Plan, line_rate_bytes_per_second: int
+    source: str,
+    destination: str,
+    schedule: Plan,
+    line_rate_bytes_per_second: int,
+    records: InspectorWriter | None = None,
 ) -> GroundTruth:
-    """Send the schedule from ``source`` to ``destination``; returns what actually happened."""
+    """Send the schedule from ``source`` to ``destination``; returns what actually happened.
+
+    With ``records``, each burst is also written there as an Inspector record when it ends.
+    """
     flows = {
         qp: _Flow(
             _socket(source, BURST_DSCP, qp),
@@ -283,40 +386,78 @@ def run(
                 continue
             time.sleep(max(min(next_background, deadline) - now, 0) / 1e9)
 
-    for planned in schedule.bursts:
-        target = planned.duration_ns * line_rate_bytes_per_second // 1_000_000_000
-        idle_until(begin + planned.offset_ns)
-        flow = flows[planned.qp]
-        send = flow.sock.sendto
-        sent = packets = starved = 0
-        start = last = clock()
-        while sent < target:
-            packet = flow.next_packet()
-            away = clock() - last
-            if away > AWAY_NS and _unsent(flow.sock) == 0:
-                starved += away  # everything queued went out while the sender was away
-            send(packet, address)
-            last = clock()
-            sent += first_frame if packet[0] == RC_RDMA_WRITE_FIRST else frame
-            packets += 1
-        send_end = clock()
-        while _unsent(flow.sock):
-            time.sleep(20e-6)
-        end = clock()
-        truth.bursts.append(
-            BurstTruth(
-                planned.qp,
-                begin + planned.offset_ns + offset,
-                start + offset,
-                send_end + offset,
-                end + offset,
-                sent,
-                packets,
-                starved,
-            )
+    def finish(burst: _Sending, end: int) -> None:
+        planned = burst.planned
+        done = BurstTruth(
+            planned.qp,
+            begin + planned.offset_ns + offset,
+            burst.start + offset,
+            burst.send_end + offset,
+            end + offset,
+            burst.sent,
+            burst.packets,
+            burst.starved,
+            planned.kind,
+            planned.collective,
         )
+        truth.bursts.append(done)
+        if records is not None:
+            records.write(
+                Operation(
+                    done.kind,
+                    done.collective,
+                    done.start_ns,
+                    done.send_end_ns,
+                    done.end_ns,
+                    done.bytes,
+                )
+            )
+
+    def start(planned: PlannedBurst) -> _Sending:
+        target = planned.duration_ns * line_rate_bytes_per_second // 1_000_000_000
+        return _Sending(planned, flows[planned.qp], target, clock())
+
+    for group in together(schedule.bursts):
+        idle_until(begin + group[0].offset_ns)
+        waiting = group[1:]
+        sending = [start(group[0])]
+        draining: list[_Sending] = []  # all handed to the socket, not all on the wire yet
+        last = sending[0].start
+        while sending:
+            # The next burst of the group starts at its time, or (below) at once when the one
+            # before has handed over its last packet: either way that one is still queued,
+            # and from then on the two take turns, a packet each.
+            if waiting and clock() >= begin + waiting[0].offset_ns:
+                sending.append(start(waiting.pop(0)))
+            for burst in sending:
+                flow = burst.flow
+                packet = flow.next_packet()
+                away = clock() - last
+                in_flight = sending + draining
+                if away > AWAY_NS and all(_unsent(b.flow.sock) == 0 for b in in_flight):
+                    for each in in_flight:  # everything queued went out while away
+                        each.starved += away
+                flow.sock.sendto(packet, address)
+                last = clock()
+                burst.sent += first_frame if packet[0] == RC_RDMA_WRITE_FIRST else frame
+                burst.packets += 1
+            for burst in [b for b in sending if b.sent >= b.target]:
+                burst.send_end = clock()
+                sending.remove(burst)
+                draining.append(burst)
+            for burst in [b for b in draining if _unsent(b.flow.sock) == 0]:
+                draining.remove(burst)
+                finish(burst, clock())
+            if not sending and waiting:
+                sending.append(start(waiting.pop(0)))
+        while draining:
+            for burst in [b for b in draining if _unsent(b.flow.sock) == 0]:
+                draining.remove(burst)
+                finish(burst, clock())
+            if draining:
+                time.sleep(20e-6)
         # The background would have run during the burst; restart its cadence after.
-        next_background = max(next_background, end)
+        next_background = max(next_background, clock())
     idle_until(begin + schedule.duration_ns)
     truth.end_ns = clock() + offset
     truth.bytes_total = truth.background_bytes + sum(b.bytes for b in truth.bursts)
@@ -343,16 +484,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="N",
         help="SCHED_FIFO priority when permitted, below the sampler's 10 (0: don't)",
     )
+    parser.add_argument(
+        "--collision-share",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="share of bursts (0-1) joined by one of another type while still on the link",
+    )
+    parser.add_argument(
+        "--inspector-dir",
+        type=Path,
+        metavar="DIR",
+        help="also write each burst as a verbose NCCL Inspector record, to DIR/<host>-pid<pid>.log",
+    )
     parser.add_argument("--truth", required=True, metavar="FILE", help="ground truth JSON")
     args = parser.parse_args(argv)
+    if not 0.0 <= args.collision_share <= 1.0:
+        # One line and status 2, as burstscope's own commands answer a bad value.
+        print(
+            f"rocegen: error: --collision-share {args.collision_share} is not in 0-1",
+            file=sys.stderr,
+        )
+        return 2
     schedule = plan(
-        args.seed, args.duration, burst_ms=tuple(args.burst_ms), every_ms=tuple(args.every_ms)
+        args.seed,
+        args.duration,
+        burst_ms=tuple(args.burst_ms),
+        every_ms=tuple(args.every_ms),
+        collision_share=args.collision_share,
     )
+    try:
+        records = None if args.inspector_dir is None else InspectorWriter(args.inspector_dir)
+    except OSError as error:
+        print(f"rocegen: error: --inspector-dir: {error}", file=sys.stderr)
+        return 2
     if args.realtime_priority:
         # Best effort: a sender descheduled by other load leaves the "NIC" idle mid-burst.
         with contextlib.suppress(OSError):
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(args.realtime_priority))
-    truth = run(args.source, args.destination, schedule, args.line_rate * 1_000_000 // 8)
+    try:
+        truth = run(
+            args.source, args.destination, schedule, args.line_rate * 1_000_000 // 8, records
+        )
+    finally:
+        if records is not None:
+            records.close()
     Path(args.truth).write_text(json.dumps(truth.to_json(), indent=1))
     share = truth.achieved_share
     print(
