@@ -33,8 +33,8 @@ the bursts get a second one of another type that starts while the first is still
 link (the two sockets' packets interleave in tbf's one queue), so collision milliseconds
 exist: two types in flight at once. With ``--inspector-dir`` every burst is also written,
 when it ends, as the record NCCL's Inspector plugin would write for it (see
-:class:`InspectorWriter`), so a join of counters and records can be checked against this
-schedule.
+:mod:`burstscope.testing.inspector_writer`), so a join of counters and records can be
+checked against this schedule.
 """
 
 from __future__ import annotations
