@@ -171,8 +171,12 @@ class DirectionLabels:
     saturated_ns: int = 0
     # Collision samples (few): where, their masks, kept until the end to make runs.
     _collide: list[tuple[int, int, int, int]] = field(default_factory=list)
+    # Where each burst began, to within a sample: the end of its first sample less the time
+    # its bytes take at line rate (a burst runs near line rate from its first byte).
+    onsets: list[npt.NDArray[np.int64]] = field(default_factory=list)
     _position: int = 0
     _previous: tuple[int, int] | None = None  # the last sample's (time, counter)
+    _was_in_burst: bool = False
     # Saturated time per class set of each coarse window still open, by window end.
     _open: dict[int, tuple[MaskLedger, MaskLedger]] = field(default_factory=dict)
 
@@ -197,6 +201,12 @@ class DirectionLabels:
         in_burst = valid & (utilization >= self.thresholds.burst)
         saturated = valid & (utilization >= self.thresholds.saturated)
         self.saturated_ns += int(duration[saturated].sum())
+        before = np.concatenate(([self._was_in_burst], in_burst[:-1]))
+        self._was_in_burst = bool(in_burst[-1])
+        first = np.flatnonzero(in_burst & ~before)
+        if first.size:
+            took = (sent[first] / (self.line_rate / 1e9)).astype(np.int64)
+            self.onsets.append(stamps[first] - np.minimum(took, duration[first]))
         classes = self.classes.masks(lo, stamps)
         names = self.names.masks(lo, stamps)
         none = np.zeros(stamps.shape, dtype=np.bool_)
@@ -309,7 +319,7 @@ class CollectiveReport:
 class NodeCollectives:
     """The labels of one trace's ports, fed as the report's detectors are."""
 
-    def __init__(self, log: CollectiveLog, line_rates: dict[str, int] | None = None) -> None:
+    def __init__(self, log: CollectiveLog) -> None:
         self.log = log
         self.index = SpanIndex(log.spans)
         self.name_bits = NameBits(s.collective for s in log.spans)
@@ -322,12 +332,13 @@ class NodeCollectives:
         self.directions.append((port_label, labels))
         return labels
 
-    def report(self, source: str, onsets: npt.NDArray[np.int64]) -> CollectiveReport:
+    def report(self, source: str) -> CollectiveReport:
         by_class, by_name = MaskLedger(), MaskLedger()
         bursts: Counter[int] = Counter()
         burst_bytes: Counter[int] = Counter()
         runs: list[CollisionRun] = []
         saturated = 0
+        onsets = [o for _, labels in self.directions for o in labels.onsets]
         rates = [labels.line_rate for _, labels in self.directions] or [0]
         for _, labels in self.directions:
             by_class.merge(labels.by_class)
@@ -368,7 +379,9 @@ class NodeCollectives:
             spans=len(self.log.spans),
             skipped=tuple(sorted(self.log.skipped.items())),
             offset_ns=self.log.offset_ns,
-            residual_offset_ns=estimate_offset_ns(self.log.spans, np.sort(onsets)),
+            residual_offset_ns=estimate_offset_ns(
+                self.log.spans, np.sort(np.concatenate(onsets)) if onsets else np.empty(0, np.int64)
+            ),
             ports=tuple(dict.fromkeys(label for label, _ in self.directions)),
             classes=tuple(classes),
             collectives=tuple(collectives),

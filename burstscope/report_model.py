@@ -547,15 +547,7 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
         jobs = job_reports(str(path), held.spans, held_ports, by_port, _extent(port_reports))
     collective_report = None
     if collectives is not None:
-        onsets = [
-            both[index].start_ns
-            for key, both in zip(sorted(found), port_bursts, strict=True)
-            if found[key].collectives is not None
-            for index in range(len(DIRECTIONS))
-        ]
-        collective_report = collectives.report(
-            str(path), np.concatenate(onsets) if onsets else empty_int()
-        )
+        collective_report = collectives.report(str(path))
     return NodeReport(
         str(path),
         info,
