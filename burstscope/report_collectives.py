@@ -311,6 +311,7 @@ class CollectiveReport:
     collectives: tuple[ClassRow, ...]
     bursts: tuple[tuple[tuple[str, ...], int, int], ...]  # class set, bursts, bytes
     saturated_ns: int
+    labelled: MaskTotals  # every labelled sample, whatever its class set
     pairs: tuple[PairRow, ...]
     mappings: tuple[MappingRow, ...]
     collision_runs: int
@@ -390,6 +391,7 @@ class NodeCollectives:
                 for mask, count in sorted(bursts.items())
             ),
             saturated_ns=saturated,
+            labelled=by_class.total(0),
             pairs=tuple(pair_rows(runs, saturated)),
             mappings=tuple(mapping_rows(runs)),
             collision_runs=len(runs),

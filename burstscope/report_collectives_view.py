@@ -87,6 +87,11 @@ def collectives_json(report: CollectiveReport) -> dict[str, Any]:
         else _seconds(report.residual_offset_ns),
         "ports": list(report.ports),
         "saturated_seconds": _seconds(report.saturated_ns),
+        "labelled": {
+            "seconds": _seconds(report.labelled.duration_ns),
+            "bytes": report.labelled.bytes,
+            "hidden_saturated_seconds": _seconds(report.labelled.hidden_saturated_ns),
+        },
         "classes": [_row_json(r) for r in report.classes],
         "collectives": [_row_json(r) for r in report.collectives],
         "bursts": [
