@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from burstscope.collector.discovery import DATA_COUNTER_OCTETS
+from burstscope.collector.simulation.collective_logs import CollectiveLogs
 from burstscope.collector.simulation.congestion import SATURATED
 from burstscope.collector.simulation.model import TrafficModel
 from burstscope.collector.simulation.profiles import SECOND
@@ -127,6 +128,7 @@ def simulate_trace(
     start_wall_ns: int = FIXED_EPOCH_NS,
     progress: Callable[[int], None] | None = None,
     node: NodeTiming | None = None,
+    collective_logs: CollectiveLogs | None = None,
 ) -> int:
     """Write ``duration_ns`` of samples (ticks at 0, interval, ... duration) and return the rows.
 
@@ -134,6 +136,9 @@ def simulate_trace(
     InfiniBand source. The model forgets each chunk once written, so memory stays bounded.
     ``node`` makes this one node of a fleet running the model's job: its own sampler
     timing, the job reaching it ``skew_ns`` late, its clock ``clock_offset_ns`` off.
+    ``collective_logs`` gets the collectives issued in each chunk's model time and is closed
+    at the end; it must map model time m to m + skew_ns + start_wall_ns + clock_offset_ns
+    (wall_offset_ns), as the samples here do.
     """
     node = node or NodeTiming(model.seed)
     ticks_total = duration_ns // interval_ns + 1
@@ -168,8 +173,13 @@ def simulate_trace(
             ]
         )
         rows += count * len(ports)
+        if collective_logs is not None:
+            until = (first + count) * interval_ns
+            collective_logs.write(model.collectives(first * interval_ns, until), until)
         model.forget_before((first + count) * interval_ns)
         if progress is not None:
             progress((first + count) * interval_ns)
     writer.close()
+    if collective_logs is not None:
+        collective_logs.close()
     return rows

@@ -13,6 +13,10 @@ from types import FrameType
 
 from burstscope.arguments import DEFAULT_INTERVAL, INTERVAL_HELP
 from burstscope.collector.sampler import parse_interval
+from burstscope.collector.simulation.collective_logs import (
+    DEFAULT_DUMP_INTERVAL_US,
+    CollectiveLogs,
+)
 from burstscope.collector.simulation.model import TrafficModel
 from burstscope.collector.simulation.profiles import DEFAULT_PROFILE, PROFILES, profile_named
 from burstscope.collector.simulation.sysfs_writer import SysfsWriter
@@ -54,7 +58,36 @@ def register(parser: argparse.ArgumentParser) -> None:
         "skew under 100 us and a clock offset within 20 us, all derived from NAME and "
         "recorded in the trace (default: this machine's name, one node alone)",
     )
+    parser.add_argument(
+        "--collectives",
+        action="store_true",
+        help="with -o: also write what the training stack logs about the node's collectives "
+        "under PATH/collectives/: NCCL Inspector dumps, verbose (nccl-inspector/) and plain "
+        "(nccl-inspector-plain/), as NCCL 2.29's plugin writes them (collectives only, "
+        "sampled by its dump thread), and each GPU's PyTorch profiler trace (pytorch/, "
+        "Send and Recv included), on the node's clock",
+    )
+    parser.add_argument(
+        "--inspector-dump-interval",
+        default=str(DEFAULT_DUMP_INTERVAL_US),
+        metavar="MICROSECONDS",
+        help="NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS of the simulated Inspector: "
+        "each communicator's last completed collective is written at most once per interval "
+        f"(default {DEFAULT_DUMP_INTERVAL_US}, the plugin README's example)",
+    )
     parser.set_defaults(func=run)
+
+
+def _dump_interval(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UsageError(
+            f"--inspector-dump-interval {text!r} must be a whole number of microseconds, >= 1"
+        )
+    return value
 
 
 def _start_ns(text: str) -> int:
@@ -96,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     start_ns = _start_ns(args.start)
+    dump_interval_us = _dump_interval(args.inspector_dump_interval)
     path = Path(args.output)
     try:
         prepare_output(path)
@@ -111,6 +145,12 @@ def run(args: argparse.Namespace) -> int:
         node = NodeTiming.for_host(args.host, args.seed)
         info = TraceInfo(interval_ns, source, args.host, node.clock_offset_ns)
     began = time.perf_counter()
+    logs = None
+    if args.collectives:
+        assert info.host is not None
+        # The counters' mapping of model time to the node's clock (tracegen.simulate_trace).
+        offset = node.skew_ns + start_ns + node.clock_offset_ns
+        logs = CollectiveLogs(path, info.host, args.seed, offset, dump_interval_us)
     try:
         rows = simulate_trace(
             model,
@@ -119,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
             interval_ns,
             start_ns,
             node=node,
+            collective_logs=logs,
         )
     except TraceError as exc:
         raise UsageError(str(exc)) from None
@@ -127,6 +168,11 @@ def run(args: argparse.Namespace) -> int:
         f"simulated {args.duration:g} s of {args.profile} (seed {args.seed}) in {elapsed:.2f} s "
         f"({args.duration / elapsed:.0f}x real time): {rows} rows in {path}"
     )
+    if logs is not None:
+        print(
+            f"{logs.collectives} collectives of the node: {logs.inspector.records} Inspector "
+            f"records per log kind in {logs.root}"
+        )
     return 0
 
 

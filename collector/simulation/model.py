@@ -17,6 +17,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from burstscope.collector.simulation.collectives import (
+    GPUS_PER_NODE,
+    CollectiveSchedule,
+    concat_schedules,
+    empty_schedule,
+    message_bytes,
+    stage_for,
+)
 from burstscope.collector.simulation.profiles import (
     DEFAULT_PROFILE,
     PORTS,
@@ -86,6 +94,7 @@ class Block:
     segment_rate: list[F64]  # bytes per ns
     segment_base: list[I64]  # cumulative bytes at the segment's start
     bursts: Schedule
+    collectives: CollectiveSchedule  # issued in this block, by issue time
     _lists: dict[int, tuple[list[int], list[float], list[int]]] = field(default_factory=dict)
 
     def lists(self, channel: int) -> tuple[list[int], list[float], list[int]]:
@@ -125,6 +134,8 @@ class TrafficModel:
         self._job: JobShape | None = None
         self._job_end = 0
         self._next_checkpoint = 0
+        self._job_number = -1  # jobs begun: communicators are made anew for each
+        self._sequence: dict[tuple[int, int], int] = {}  # (communicator, collective) -> calls
         self._concatenated: tuple[list[I64], list[F64], list[I64]] | None = None
 
     # -- generation -----------------------------------------------------------------
@@ -176,6 +187,8 @@ class TrafficModel:
             weights = np.array([w for w, _ in profile.jobs])
             choice = int(rng.choice(len(profile.jobs), p=weights / weights.sum()))
             self._job = profile.jobs[choice][1]
+            self._job_number += 1
+            self._sequence = {}
             if profile.job_ns is not None:
                 self._job_end = start + int(rng.integers(*profile.job_ns))
             self._next_checkpoint = start + self._job.checkpoint_every_ns
@@ -208,12 +221,59 @@ class TrafficModel:
             rates.append(segment_rate)
             if len(items.start_ns):
                 burst_parts.append((channel, *self._merge(items, segment_bytes[1::2], channel)))
+        collectives = self._collectives(plan) if plan is not None else empty_schedule()
         self._blocks.append(
-            Block(self._next_index, start, end, starts, rates, bases, _schedule(burst_parts))
+            Block(
+                self._next_index,
+                start,
+                end,
+                starts,
+                rates,
+                bases,
+                _schedule(burst_parts),
+                collectives,
+            )
         )
         self._next_index += 1
         self._next_start = end
         self._concatenated = None
+
+    def _collectives(self, plan: IterationPlan) -> CollectiveSchedule:
+        chain = plan.collectives
+        assert self._job is not None
+        sequence = []
+        for identity in chain.identities:
+            key = (identity.communicator, identity.collective)
+            sequence.append(self._sequence.get(key, 0))
+            self._sequence[key] = sequence[-1] + 1
+        identities = chain.identities
+
+        def column(values: list[int]) -> I64:
+            return np.asarray(values, dtype=np.int64)
+
+        count = len(identities)
+        return CollectiveSchedule(
+            issue_ns=chain.issue_ns,
+            end_ns=chain.rank_end_ns.max(axis=1) if count else column([]),
+            rank_start_ns=chain.rank_start_ns.reshape(count, GPUS_PER_NODE),
+            rank_end_ns=chain.rank_end_ns.reshape(count, GPUS_PER_NODE),
+            kind=column([i.kind for i in identities]),
+            collective=column([i.collective for i in identities]),
+            micro_batch=column([i.micro_batch for i in identities]),
+            layer=column([i.layer for i in identities]),
+            forward=column([int(i.forward) for i in identities]),
+            communicator=column([i.communicator for i in identities]),
+            sequence=column(sequence),
+            message_bytes=column(
+                [
+                    message_bytes(i.collective, i.communicator, float(size))
+                    for i, size in zip(identities, chain.size, strict=True)
+                ]
+            ),
+            wire_bytes=np.round(chain.size).astype(np.int64),
+            job=np.full(count, self._job_number, dtype=np.int64),
+            stage=np.full(count, stage_for(self._job.warmup), dtype=np.int64),
+        )
 
     def _merge(self, items: WireItems, item_bytes: I64, channel: int) -> tuple[I64, I64, I64]:
         # Messages queued back to back are one burst on the wire.
@@ -279,6 +339,19 @@ class TrafficModel:
             merged.end_ns[keep][order],
             merged.bytes[keep][order],
         )
+
+    def collectives(self, start_ns: int, end_ns: int) -> CollectiveSchedule:
+        """The collectives issued in [start_ns, end_ns) of model time, by issue time.
+
+        Each is whole (its end may lie past ``end_ns``); walking time in any steps gives
+        each collective once and the same rows. See CollectiveSchedule for "in flight".
+        """
+        self.extend_to(end_ns)
+        if start_ns < self.earliest_ns:
+            raise ValueError(f"time {start_ns} ns was forgotten (use a fresh model)")
+        parts = [b.collectives for b in self._blocks if b.end_ns > start_ns and b.start_ns < end_ns]
+        merged = concat_schedules(parts)
+        return merged.take((merged.issue_ns >= start_ns) & (merged.issue_ns < end_ns))
 
 
 def _schedule(parts: list[tuple[int, I64, I64, I64]]) -> Schedule:

@@ -6,6 +6,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from burstscope.collector.simulation.collectives import (
+    ALL_GATHER,
+    ALL_TO_ALL,
+    DP,
+    DP_GROUP,
+    EP,
+    EP_GROUP,
+    GPUS_PER_NODE,
+    NO_INDEX,
+    PP,
+    PP_NEXT,
+    PP_PREVIOUS,
+    RECV,
+    REDUCE_SCATTER,
+    SEND,
+)
 from burstscope.collector.simulation.profiles import (
     MIN_BURST_NS,
     MIN_GAP_NS,
@@ -36,17 +52,45 @@ class WireItems:
     start_ns: I64
     end_ns: I64
     bytes_per_ns: F64
+    event: I64  # the chain event (collective) each item belongs to; -1 for storage
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a chain event is (collectives.py's codes)."""
+
+    kind: int  # EP, PP or DP
+    collective: int  # ALL_TO_ALL ... ALL_GATHER
+    communicator: int  # EP_GROUP ... DP_GROUP
+    micro_batch: int = NO_INDEX
+    layer: int = NO_INDEX
+    forward: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ChainCollectives:
+    """The chain's events of one iteration: identity, issue time and on-wire extent."""
+
+    identities: tuple[Identity, ...]
+    issue_ns: I64
+    size: F64  # expected bytes per rail and direction
+    rank_start_ns: I64  # (events, training ports): first byte on the rail, either direction
+    rank_end_ns: I64  # (events, training ports): last byte on the rail, exclusive
 
 
 @dataclass(frozen=True, slots=True)
 class IterationPlan:
     end_ns: int
     channels: tuple[WireItems, ...]  # CHANNELS entries
+    collectives: ChainCollectives
 
 
 def empty_items() -> WireItems:
     return WireItems(
-        np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+        np.empty(0, dtype=np.int64),
+        np.empty(0, dtype=np.int64),
+        np.empty(0, dtype=np.float64),
+        np.empty(0, dtype=np.int64),
     )
 
 
@@ -61,9 +105,11 @@ class _Chain:
         self.rate_low: list[float] = []
         self.rate_high: list[float] = []
         self.spread: list[float] = []  # lognormal sigma of per-rail bytes
+        self.identity: list[Identity] = []
 
     def add(
         self,
+        identity: Identity,
         gap: int,
         directions: int,
         size: float,
@@ -80,6 +126,7 @@ class _Chain:
         self.rate_low.append(rate[0])
         self.rate_high.append(rate[1])
         self.spread.append(spread)
+        self.identity.append(identity)
 
 
 def _one_f_one_b(shape: JobShape) -> list[bool]:
@@ -92,22 +139,37 @@ def _one_f_one_b(shape: JobShape) -> list[bool]:
 def _chain_for(shape: JobShape) -> _Chain:
     chain = _Chain()
     gap = shape.bubble_ns
+    passes = {True: 0, False: 0}  # micro-batches begun, per direction
     for forward in _one_f_one_b(shape):
         scale = 1 if forward else 2
+        batch = passes[forward]
+        passes[forward] += 1
+        # Forward receives from the previous stage and sends to the next; backward the reverse.
+        before, after = (PP_PREVIOUS, PP_NEXT) if forward else (PP_NEXT, PP_PREVIOUS)
         # Activations (forward) or their gradients (backward) arrive from the neighbour stage.
-        chain.add(gap, _RECEIVE, shape.pipeline_bytes, shape.pipeline_rate)
+        receive = Identity(PP, RECV, before, batch, NO_INDEX, forward)
+        chain.add(receive, gap, _RECEIVE, shape.pipeline_bytes, shape.pipeline_rate)
         compute = 0
-        for _ in range(shape.layers):
+        for index in range(shape.layers):
             compute += shape.attention_ns * scale
             if shape.moe:
+                # Backward runs the layers in reverse; each layer dispatches, then combines.
+                layer = index if forward else shape.layers - 1 - index
+                expert = Identity(EP, ALL_TO_ALL, EP_GROUP, batch, layer, forward)
                 rate = shape.all_to_all_rate
-                chain.add(compute, _BOTH, shape.all_to_all_bytes, rate, shape.imbalance)
+                chain.add(expert, compute, _BOTH, shape.all_to_all_bytes, rate, shape.imbalance)
                 chain.add(
-                    shape.expert_ns * scale, _BOTH, shape.all_to_all_bytes, rate, shape.imbalance
+                    expert,
+                    shape.expert_ns * scale,
+                    _BOTH,
+                    shape.all_to_all_bytes,
+                    rate,
+                    shape.imbalance,
                 )
                 compute = 0
         # The send to the other neighbour is asynchronous (isend): compute goes on.
-        chain.add(compute, _SEND, shape.pipeline_bytes, shape.pipeline_rate, blocking=False)
+        send = Identity(PP, SEND, after, batch, NO_INDEX, forward)
+        chain.add(send, compute, _SEND, shape.pipeline_bytes, shape.pipeline_rate, blocking=False)
         gap = MIN_GAP_NS
     # ZeRO-2: gradient buckets are reduce-scattered as backward finishes them, faster than
     # the wire drains them, so they queue into one long burst; the optimizer waits for all.
@@ -118,6 +180,7 @@ def _chain_for(shape: JobShape) -> _Chain:
         last = index == buckets - 1
         wait = max(drain - (buckets - 1) * shape.bucket_spacing_ns, 0)
         chain.add(
+            Identity(DP, REDUCE_SCATTER, DP_GROUP),
             shape.bucket_spacing_ns if index else MIN_GAP_NS,
             _BOTH,
             bucket,
@@ -125,7 +188,9 @@ def _chain_for(shape: JobShape) -> _Chain:
             blocking=last,
             wait=wait,
         )
-    chain.add(shape.optimizer_ns, _BOTH, shape.gradient_bytes, shape.collective_rate)
+    # The optimizer updates this rank's shard, then the shard is all-gathered.
+    gather = Identity(DP, ALL_GATHER, DP_GROUP)
+    chain.add(gather, shape.optimizer_ns, _BOTH, shape.gradient_bytes, shape.collective_rate)
     return chain
 
 
@@ -194,7 +259,11 @@ def plan_iteration(
         rate = _rates(low[chosen], high[chosen], shape2, rng) * line
         duration = _durations(nbytes, rate)
         start, end = fifo(arrival.astype(np.int64), duration)
-        per_direction.extend(WireItems(start[r], end[r], rate[r]) for r in range(TRAINING_PORTS))
+        # A FIFO keeps each rail's items in chain order: item j is the j-th chosen event.
+        event = np.flatnonzero(chosen).astype(np.int64)
+        per_direction.extend(
+            WireItems(start[r], end[r], rate[r], event) for r in range(TRAINING_PORTS)
+        )
     # per_direction holds all xmit rails then all rcv rails; interleave into channel order.
     for port in range(TRAINING_PORTS):
         channels.append(per_direction[port])
@@ -211,6 +280,7 @@ def plan_iteration(
         np.array([load_start], dtype=np.int64),
         np.array([load_end], dtype=np.int64),
         np.array([load_rate]),
+        np.array([-1], dtype=np.int64),
     )
     writes = empty_items()
     finish = max(chain_end, *(int(c.end_ns[-1]) for c in channels if len(c.end_ns)), load_end)
@@ -223,7 +293,23 @@ def plan_iteration(
             np.array([write_start], dtype=np.int64),
             np.array([write_end], dtype=np.int64),
             np.array([write_rate]),
+            np.array([-1], dtype=np.int64),
         )
         finish = write_end
     channels.extend((writes, reads))
-    return IterationPlan(finish + MIN_GAP_NS, tuple(channels))
+    collectives = _chain_collectives(chain, issue, channels[: 2 * TRAINING_PORTS])
+    return IterationPlan(finish + MIN_GAP_NS, tuple(channels), collectives)
+
+
+def _chain_collectives(chain: _Chain, issue: I64, training: list[WireItems]) -> ChainCollectives:
+    """Each event's first and last byte on every rail, from the items that carry it."""
+    events = len(chain.identity)
+    first = np.full((events, GPUS_PER_NODE), np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full((events, GPUS_PER_NODE), np.iinfo(np.int64).min, dtype=np.int64)
+    for channel, items in enumerate(training):
+        rail = np.full(len(items.event), channel // 2)
+        np.minimum.at(first, (items.event, rail), items.start_ns)
+        np.maximum.at(last, (items.event, rail), items.end_ns)
+    return ChainCollectives(
+        tuple(chain.identity), issue.astype(np.int64), np.asarray(chain.size), first, last
+    )
