@@ -6,6 +6,11 @@ BIN    := $(VENV)/bin
 DEMO_STAMP := $(VENV)/.installed-demo
 ALL_STAMP  := $(VENV)/.installed-all
 DEMO_ARGS ?= --duration 30
+# A third-party reader of Chrome trace-event files (Meta's Holistic Trace Analysis) for the
+# export tests, in an environment of its own: its pins (pandas, jupyter) never touch .venv.
+HTA_VENV  := .venv-hta
+HTA_STAMP := $(HTA_VENV)/.installed-hta
+HTA_VERSION ?= 0.5.0
 
 .PHONY: setup demo test bench lint system-packages clean
 
@@ -32,7 +37,13 @@ demo: $(DEMO_STAMP)
 system-packages:
 	@bash scripts/install-system-packages.sh
 
-test: $(ALL_STAMP) system-packages
+$(HTA_STAMP):
+	$(PYTHON) -m venv $(HTA_VENV)
+	$(HTA_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		'holistictraceanalysis==$(HTA_VERSION)'
+	touch $@
+
+test: $(ALL_STAMP) $(HTA_STAMP) system-packages
 	$(BIN)/python -m pytest -q
 
 # Each benchmark prints one JSON line (sampler: one per configuration) and compares
@@ -52,4 +63,5 @@ lint: $(ALL_STAMP)
 	@for file in bench/*.py; do $(BIN)/mypy $$file >/dev/null || { $(BIN)/mypy $$file; exit 1; }; done
 
 clean:
-	rm -rf $(VENV) bench/.build build collector/sources/_tick.*.so .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(HTA_VENV) bench/.build build collector/sources/_tick.*.so .pytest_cache \
+		.mypy_cache .ruff_cache .hypothesis
