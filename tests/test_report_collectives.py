@@ -327,3 +327,23 @@ def test_report_prints_the_tables_for_the_simulated_node(
     assert status == 0
     for title in ("by class", "by collective", "collisions", "two lossless priorities"):
         assert title in out
+
+
+def test_the_clock_offset_is_estimated_from_kernel_start_to_burst_onset(moe: Path) -> None:
+    """Records joined as written: the lag is the stack's launch-to-wire time, well under a
+    sample. Records whose clock is 3 ms behind: the estimate grows by those 3 ms, and the
+    configured offset that corrects them brings it back."""
+    traces = tuple(sorted((moe / "collectives" / "pytorch").glob("*.json")))
+
+    def estimate(offset_ns: int) -> int:
+        options = CollectiveOptions(pytorch=traces, offset_ns=offset_ns)
+        report = analyze_paths([moe], None, False, Thresholds(), None, options)
+        lag = report.collectives[0].residual_offset_ns
+        assert lag is not None
+        return lag
+
+    aligned = estimate(0)
+    print(f"kernel start to burst onset: {aligned / 1e3:.0f} us")
+    assert 0 <= aligned < 300_000
+    behind = estimate(-3_000_000)
+    assert abs(behind - aligned - 3_000_000) < 100_000
