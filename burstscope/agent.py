@@ -24,6 +24,12 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from burstscope import __version__
 from burstscope.arguments import LINE_RATE_HINT, build_source_from
 from burstscope.attribution import JobSettings, JobSettingsError, build_watcher, job_settings
+from burstscope.collective_labels import (
+    CollectiveSettings,
+    attach_collectives,
+    build_collectives,
+    collective_settings,
+)
 from burstscope.collector.config import AgentConfig, ConfigError, load_config, spin_problem
 from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
 from burstscope.collector.exporter import PEAK_WINDOWS, BurstscopeCollector
@@ -43,6 +49,7 @@ from burstscope.mqtt_arguments import mqtt_settings_from_args
 from burstscope.sdnotify import Notifier, Watchdog, heartbeat_recent, watchdog_period
 
 if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs it
+    from burstscope.collector.collectives.live import CollectiveTail
     from burstscope.collector.jobs.watcher import JobWatcher
     from burstscope.collector.trace import TraceWriter
 
@@ -70,6 +77,8 @@ class AgentSettings:
     line_rates_gbits: tuple[tuple[str, float], ...] = ()  # [source.line_rates], --line-rate-for
     ethtool: bool | None = None  # --ethtool / source.ethtool, if given
     jobs: JobSettings = field(default_factory=JobSettings)  # [jobs], --slurm-jobs-dir, ...
+    # [collectives], --nccl-inspector-dir, ...
+    collectives: CollectiveSettings = field(default_factory=CollectiveSettings)
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
@@ -157,6 +166,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         line_rates_gbits=tuple(sorted(line_rates.items())),
         ethtool=ethtool,
         jobs=job_settings(config.get, args),
+        collectives=collective_settings(config.get, args),
     )
 
 
@@ -262,6 +272,7 @@ class Agent:
         self.mqtt: MqttHandle | None = None
         self.server: MetricsServer | None = None
         self.jobs: JobWatcher | None = None
+        self.collectives: CollectiveTail | None = build_collectives(settings.collectives)
 
     def start(self) -> None:
         # Bind first: a port in use is bad input and should fail before sampling starts.
@@ -279,9 +290,15 @@ class Agent:
             raise UsageError(f"sampler failed to start: {exc}") from None
         for note in self.pipeline.tuning_notes():
             _LOG.info("sampler: %s", note)
+        if self.collectives is not None:
+            attach_collectives(self.collectives, self.pipeline, self.collector)
         if self.settings.mqtt is not None:
             self.mqtt = attach_mqtt(
-                self.pipeline, self.settings.mqtt, self.collector, version=__version__
+                self.pipeline,
+                self.settings.mqtt,
+                self.collector,
+                version=__version__,
+                collectives=self.collectives.labels if self.collectives is not None else None,
             )
             try:
                 self.mqtt.start()  # bad credentials: fatal; an unreachable broker is not
@@ -320,6 +337,8 @@ class Agent:
             self.mqtt.stop()  # publishes the offline status while the pipeline still runs
         if self.jobs is not None:
             self.jobs.stop()
+        if self.collectives is not None:
+            self.collectives.stop()
         self.pipeline.close()
         if self.server is not None:
             self.server.close()
@@ -340,6 +359,7 @@ def _restart_only(settings: AgentSettings) -> dict[str, Any]:
         "listen.address": settings.listen,
         "listen TLS": settings.tls,
         "jobs": settings.jobs,
+        "collectives": settings.collectives,
         "recording": (
             settings.recording_dir,
             settings.recording_piece_seconds,
@@ -414,7 +434,10 @@ def _reload_mqtt(
         _LOG.info("reload: mqtt publishing stopped")
         return None
     if agent.mqtt is None:
-        handle = attach_mqtt(agent.pipeline, mqtt, agent.collector, version=__version__)
+        labels = agent.collectives.labels if agent.collectives is not None else None
+        handle = attach_mqtt(
+            agent.pipeline, mqtt, agent.collector, version=__version__, collectives=labels
+        )
         try:
             handle.start()
         except MqttSettingsError as exc:

@@ -210,3 +210,24 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="no job attribution (Slurm, Kubernetes), whatever the configuration says",
     )
+
+
+def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
+    """The collectives' classes on the agent's bursts, from NCCL Inspector dumps."""
+    parser.add_argument(
+        "--nccl-inspector-dir",
+        action="append",
+        metavar="DIR",
+        help="an NCCL_INSPECTOR_DUMP_DIR of this node's jobs, tailed for the classes of the "
+        "collectives behind each burst (repeatable; with NCCL_INSPECTOR_DUMP_VERBOSE=1)",
+    )
+    parser.add_argument(
+        "--collective-map",
+        metavar="FILE",
+        help='TOML: "communicator id or group name" = "EP" | "PP" | "DP" | "other"',
+    )
+    parser.add_argument(
+        "--collective-clock-offset",
+        metavar="DURATION",
+        help="added to every record's time to put it on the counters' clock (default 0)",
+    )

@@ -16,6 +16,7 @@ Layout (all tables and keys optional; command-line flags override the file)::
                   sriov_resources, shared_rdma_resources, storage_devices, gres_conf,
                   proc_root
     [jobs.rdma_resources]  RESOURCE = [DEVICE, ...] (a shared RDMA resource's devices)
+    [collectives] dirs, map, clock_offset, label_delay
 
 ``parse_config`` checks each value on its own (types, finite numbers, ranges, durations,
 URLs); what depends on several values or on the machine (the source SPEC and its ports, the
@@ -186,6 +187,23 @@ def _rdma_resources(value: Any) -> dict[str, tuple[str, ...]]:
     return resources
 
 
+def _collective_map(value: Any) -> str:
+    from burstscope.collector.collectives.join import MappingError, read_mapping
+
+    text = _readable_file(value)
+    try:
+        read_mapping(text)
+    except MappingError as exc:
+        raise ValueError(str(exc)) from None
+    return text
+
+
+def _clock_offset(value: Any) -> int:
+    from burstscope.collector.collectives.live import parse_clock_offset
+
+    return parse_clock_offset(_string(value))
+
+
 # table -> key -> validator. Unknown tables and keys are errors: a typo must not be ignored.
 SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
     "source": {
@@ -251,6 +269,14 @@ SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
         "storage_devices": _strings,
         "gres_conf": _readable_file,
         "proc_root": _string,
+    },
+    # NCCL Inspector dumps tailed for the collectives' classes (collector.collectives.live).
+    "collectives": {
+        "dirs": _strings,  # NCCL_INSPECTOR_DUMP_DIR of the jobs on this node
+        "map": _collective_map,  # "communicator id or group name" = "EP" | "PP" | "DP" | "other"
+        "clock_offset": _clock_offset,  # added to every record's time
+        # How long samples and burst events wait for the records of their collectives.
+        "label_delay": _interval,
     },
 }
 

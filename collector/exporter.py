@@ -12,7 +12,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -40,6 +40,9 @@ from burstscope.detectors.live import (
     HISTORY_NS,
     UTILIZATION_BUCKETS,
 )
+
+if TYPE_CHECKING:  # only an agent with a dump directory loads the collective labels
+    from burstscope.collector.collectives.live import CollectiveFigures
 
 # Trailing peak windows (label, length). A scrape at t shows the peak of the samples drained
 # by then: (now - window, now], now lagging t by up to one drain (1 s in the agent) and the
@@ -172,6 +175,22 @@ HELP: dict[str, str] = {
     "counted when its 15 s window closes.",
     "burstscope_job_burst_bytes_total": "Bytes inside bursts that ended on the job's compute "
     "ports, both directions, since the job started here.",
+    "burstscope_collective_class_saturated_seconds_total": "Saturated time of this node's ports, "
+    "both directions, by the class of the collectives running then (EP, PP, DP, other: none "
+    "of them; none: no record covers it), labelled once [collectives] label_delay passed; a "
+    "sample under two classes counts in both. Absent without an NCCL Inspector dump directory.",
+    "burstscope_collective_class_hidden_saturated_seconds_total": "Of that, hidden saturated "
+    "time (inside quiet 15 s windows), by class; counted once the window closed and its "
+    "samples are labelled.",
+    "burstscope_collective_class_burst_bytes_total": "Bytes inside bursts on this node's ports "
+    "by the class of the collectives running during the burst (in each of them).",
+    "burstscope_collective_collision_saturated_seconds_total": "Saturated time under "
+    "collectives of both classes of a pair (EP-DP, PP-DP, EP-PP) at once.",
+    "burstscope_collective_records_total": "This host's collective records read, by source.",
+    "burstscope_collective_skipped_total": "Collective records or objects skipped, by kind: "
+    "malformed, oversized, truncated, other_host, unplaced (no time: not a verbose dump), "
+    "bad_span (stop before start).",
+    "burstscope_collective_files": "NCCL Inspector dump files tailed now.",
     "burstscope_mqtt_connected": "1 while the agent is connected to its MQTT broker.",
     "burstscope_mqtt_spool_messages": "MQTT messages waiting for the broker, oldest first.",
     "burstscope_mqtt_dropped_messages_total": "MQTT messages dropped, oldest first, because "
@@ -589,6 +608,32 @@ def mqtt_families(stats: MqttStats | None) -> list[Metric]:
     out.gauge("burstscope_mqtt_spool_messages", (), [], stats.spool_depth)
     out.counter("burstscope_mqtt_dropped_messages_total", (), [], stats.dropped)
     out.counter("burstscope_mqtt_published_messages_total", (), [], stats.published)
+    return list(out.families.values())
+
+
+def collective_families(figures: CollectiveFigures) -> list[Metric]:
+    """The collective labels' families (BurstscopeCollector.extra_families): per class and
+    pair of the node, never per communicator."""
+    out = _Families()
+    for name, values, label in (
+        ("burstscope_collective_class_saturated_seconds_total", figures.saturated_seconds, "class"),
+        (
+            "burstscope_collective_class_hidden_saturated_seconds_total",
+            figures.hidden_saturated_seconds,
+            "class",
+        ),
+        ("burstscope_collective_class_burst_bytes_total", figures.burst_bytes, "class"),
+        (
+            "burstscope_collective_collision_saturated_seconds_total",
+            figures.collision_saturated_seconds,
+            "pair",
+        ),
+        ("burstscope_collective_records_total", figures.records, "source"),
+        ("burstscope_collective_skipped_total", figures.skipped, "kind"),
+    ):
+        for key, value in values.items():
+            out.counter(name, (label,), [key], value)
+    out.gauge("burstscope_collective_files", (), [], figures.files)
     return list(out.families.values())
 
 

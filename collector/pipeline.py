@@ -50,7 +50,7 @@ from burstscope.collector.snapshot import (
 from burstscope.collector.sources.base import CounterSource, PortSpec, SlowSource
 from burstscope.collector.supervisor import Supervisor
 from burstscope.collector.trace.schema import PortColumns
-from burstscope.detectors.analyzer import DirectionAnalyzer
+from burstscope.detectors.analyzer import Chunk, DirectionAnalyzer
 from burstscope.detectors.bursts import Bursts
 from burstscope.detectors.config import DIRECTIONS, Thresholds
 from burstscope.detectors.line_rate import rate_runs
@@ -62,6 +62,9 @@ if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs 
 _LOG = logging.getLogger(__name__)
 
 BurstListener = Callable[[PortSpec, str, Bursts], None]
+# Sees each port direction's drained chunk under the state lock (collector.collectives.live
+# keeps its saturated samples for labelling): it must only copy, never wait.
+ChunkListener = Callable[[PortSpec, str, Chunk], None]
 
 
 @dataclass(slots=True)
@@ -99,6 +102,7 @@ class Pipeline:
         self.interval_ns = self.sampler.config.interval_ns
         self.slow = self._slow_poller(slow_sources, slow_interval_seconds)
         self.listeners: list[BurstListener] = []
+        self.chunk_listeners: list[ChunkListener] = []
         self._ports = [self._new_port(spec) for spec in source.ports]
         self._lock = threading.Lock()
         self._drain_lock = threading.Lock()
@@ -348,6 +352,8 @@ class Pipeline:
                 continue
             chunk = state.analyzers[direction].feed(stamps, values, port.rebaseline[piece])
             state.live[direction].update(chunk)
+            for listener in self.chunk_listeners:
+                listener(state.spec, direction, chunk)
             if len(chunk.bursts):
                 closed.append((state.spec, direction, chunk.bursts))
 

@@ -66,6 +66,16 @@ PRESENT_WHEN = {
     "burstscope_job_saturated_seconds_total": "One per running job (job attribution on).",
     "burstscope_job_hidden_saturated_seconds_total": "One per running job (job attribution on).",
     "burstscope_job_burst_bytes_total": "One per running job (job attribution on).",
+    "burstscope_collective_class_hidden_saturated_seconds_total": "One per class (EP, PP, DP, "
+    "other, none) with an NCCL Inspector dump directory (--nccl-inspector-dir), from 0.",
+    "burstscope_collective_class_burst_bytes_total": "One per class with an NCCL Inspector dump "
+    "directory, from 0.",
+    "burstscope_collective_collision_saturated_seconds_total": "One per pair with an NCCL "
+    "Inspector dump directory, from 0.",
+    "burstscope_collective_records_total": "With an NCCL Inspector dump directory, from 0.",
+    "burstscope_collective_skipped_total": "One per kind with an NCCL Inspector dump directory, "
+    "from 0.",
+    "burstscope_collective_files": "With an NCCL Inspector dump directory.",
     "burstscope_mqtt_connected": "With --mqtt, from the publisher's start.",
     "burstscope_mqtt_spool_messages": "With --mqtt, from the publisher's start.",
     "burstscope_mqtt_dropped_messages_total": "With --mqtt, from the publisher's start.",
@@ -89,15 +99,21 @@ def present_when(name: str, help_text: str) -> str:
 def _families() -> dict[str, tuple[str, list[str]]]:
     """name -> (type, labels) as the exporter emits them, from one synthetic snapshot in
     which every conditional family is present (a kept unsampled port, a stuck counter, a
-    renegotiation, a refused reading, a restart, a recording, an MQTT publisher, a job)."""
+    renegotiation, a refused reading, a restart, a recording, an MQTT publisher, a job,
+    collective labels)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from types import SimpleNamespace
 
     import numpy as np
 
+    from burstscope.collector.collectives.live import CLASSES, PAIR_NAMES, CollectiveFigures
     from burstscope.collector.discovery import DeviceInfo
-    from burstscope.collector.exporter import BurstscopeCollector, mqtt_families
+    from burstscope.collector.exporter import (
+        BurstscopeCollector,
+        collective_families,
+        mqtt_families,
+    )
     from burstscope.collector.jobs.model import (
         COMPUTE,
         RULE_WHOLE_NODE,
@@ -201,6 +217,12 @@ def _families() -> dict[str, tuple[str, list[str]]]:
     collector = BurstscopeCollector(lambda: snapshot, version="0")
     publisher = SimpleNamespace(connected=True, spool_depth=0, dropped=0, published=0)
     collector.extra_families.append(lambda: mqtt_families(publisher))
+    per_class = dict.fromkeys(CLASSES, 0.0)
+    collective = CollectiveFigures(
+        per_class, per_class, dict.fromkeys(CLASSES, 0), dict.fromkeys(PAIR_NAMES, 0.0),
+        {"nccl-inspector": 0}, {"malformed": 0}, 0,
+    )  # fmt: skip
+    collector.extra_families.append(lambda: collective_families(collective))
     found: dict[str, tuple[str, list[str]]] = {}
     for family in collector.collect():
         name = family.name + ("_total" if family.type == "counter" else "")

@@ -125,7 +125,7 @@ def test_a_poll_reads_a_bounded_amount_of_each_file(
     lines = [record(writer, index) for index in range(40)]
     write(tmp_path / f"{HOST}-pid11.log", *lines)
     tail = DumpDirectoryTail([tmp_path], HOST, poll_bytes=5 * len(lines[0]))
-    counts = []
+    counts: list[int] = []
     while len(counts) < 20 and (taken := len(tail.poll())):
         counts.append(taken)
     assert sum(counts) == 40 and max(counts) <= 6 and len(counts) >= 7

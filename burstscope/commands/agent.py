@@ -6,7 +6,11 @@ import argparse
 import sys
 
 from burstscope.agent import serve, settings_from_args, setup_logging
-from burstscope.arguments import add_job_arguments, add_source_arguments
+from burstscope.arguments import (
+    add_collective_arguments,
+    add_job_arguments,
+    add_source_arguments,
+)
 from burstscope.collector.config import ConfigError, check_offline, load_config
 from burstscope.collector.http import DEFAULT_LISTEN
 from burstscope.collector.sampler import set_process_title
@@ -55,6 +59,7 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         help="also record every sample: one trace per run in DIR/<start time>/",
     )
     add_job_arguments(parser)
+    add_collective_arguments(parser)
     add_mqtt_arguments(parser)
 
 

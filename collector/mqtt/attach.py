@@ -6,7 +6,9 @@ records, tagged with the jobs holding the port in the table in force at that dra
 table the drain's per-job figures and the snapshot use), and puts them on a thread-safe
 queue: it never waits on the network. The event loop thread applies the rate policy,
 derives link and job events from snapshots once a second, numbers and spools the messages,
-and delivers them.
+and delivers them. With collective labels (an agent tailing NCCL Inspector dumps), bursts
+wait for them first: each goes to the policy once the labels' delay has passed since it
+ended, tagged with the collectives it ran under (collector.collectives.live).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from burstscope.collector.mqtt.spool import open_spool
 from burstscope.detectors.link_events import LinkEventDeriver
 
 if TYPE_CHECKING:
+    from burstscope.collector.collectives.live import CollectiveLabels
     from burstscope.collector.exporter import BurstscopeCollector
     from burstscope.collector.mqtt.publisher import MqttPublisher, Outcome, PublisherStats
     from burstscope.collector.pipeline import Pipeline
@@ -94,9 +97,13 @@ class MqttHandle:
         collector: BurstscopeCollector | None = None,
         *,
         version: str,
+        collectives: CollectiveLabels | None = None,
     ) -> None:
-        """``version``: the agent's, announced in the status and every event."""
+        """``version``: the agent's, announced in the status and every event;
+        ``collectives``: the labels burst events wait for, when the agent has them."""
         self.pipeline = pipeline
+        self.collectives = collectives
+        self._unlabelled: dict[PortDirection, list[BurstRecord]] = {}
         self.settings = settings
         self.collector = collector
         self.policy = RatePolicy(settings.merge_gap_ns, settings.max_events_per_second)
@@ -340,6 +347,8 @@ class MqttHandle:
                     key, records = self._queue.get_nowait()
                     fresh.setdefault(key, []).extend(records)
             now_ns = time.time_ns()
+            if self.collectives is not None:
+                fresh = self._labelled(fresh, now_ns, closing)
             if self.identity.threshold != self.pipeline.thresholds.burst:  # a reload retuned it
                 self.identity = replace(self.identity, threshold=self.pipeline.thresholds.burst)
             outgoing: list[tuple[str, dict[str, Any]]] = []
@@ -367,6 +376,25 @@ class MqttHandle:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(INTAKE_SECONDS):
                     await publisher.closing.wait()
+
+    def _labelled(
+        self, fresh: dict[PortDirection, list[BurstRecord]], now_ns: int, closing: bool
+    ) -> dict[PortDirection, list[BurstRecord]]:
+        """The bursts whose label delay has passed (all of them when closing), tagged; the
+        others wait for a later pass."""
+        labels = self.collectives
+        assert labels is not None
+        cutoff = now_ns - labels.label_delay_ns
+        out: dict[PortDirection, list[BurstRecord]] = {}
+        for key in set(self._unlabelled) | set(fresh):
+            waiting = self._unlabelled.pop(key, []) + fresh.get(key, [])
+            ready = [r for r in waiting if closing or r.end_ns <= cutoff]
+            rest = [r for r in waiting if not (closing or r.end_ns <= cutoff)]
+            if rest:
+                self._unlabelled[key] = rest
+            if ready:
+                out[key] = [replace(r, collectives=labels.tag(r.start_ns, r.end_ns)) for r in ready]
+        return out
 
     async def _job_events(self, publisher: MqttPublisher) -> None:
         """Jobs starting, changing and ending on the node topic, within JOB_POLL_SECONDS of
@@ -444,6 +472,7 @@ def attach_mqtt(
     collector: BurstscopeCollector | None = None,
     *,
     version: str,
+    collectives: CollectiveLabels | None = None,
 ) -> MqttHandle:
     """The publisher for a pipeline: start() after pipeline.start(), stop() before close()."""
-    return MqttHandle(pipeline, settings, collector, version=version)
+    return MqttHandle(pipeline, settings, collector, version=version, collectives=collectives)

@@ -9,7 +9,10 @@ Topics (``<host>`` is the node name, each level stripped of MQTT wildcards and s
     burstscope/<host>/status                  retained: online, version, ports, start time
 
 Burst, summary and link event payloads name the jobs holding the port in ``jobs``
-(collector.mqtt.jobs); the node topic also says when a job starts, changes or ends there.
+(collector.mqtt.jobs); burst and summary payloads of an agent that tails NCCL Inspector
+dumps also carry ``collectives`` (the classes, collectives and rules they ran under, {} when
+no record covers them), and come ``[collectives] label_delay`` later; the node topic also
+says when a job starts, changes or ends there.
 Every burst and event payload carries ``run`` (this agent run's start, wall-clock ns) and
 ``seq`` (1, 2, 3, ... per run, across both topics), so a subscriber that tracks
 (host, run) finds gaps and drops QoS 1 redeliveries. The status is state, not an event:
@@ -40,6 +43,7 @@ from burstscope.detectors.link_events import (
 )
 
 if TYPE_CHECKING:  # the type only: payloads and topics need none of the read model
+    from burstscope.collector.collectives.live import CollectiveTag
     from burstscope.collector.snapshot import Snapshot
 
 PREFIX = "burstscope"
@@ -125,8 +129,15 @@ def burst_payload(
         "threshold": identity.threshold,
         "merged": record.merged,
         "jobs": jobs_field(record.jobs),
+        **_collectives_field(record.collectives),
         "run": identity.run,
     }
+
+
+def _collectives_field(tag: CollectiveTag | None) -> dict[str, Any]:
+    """``collectives``, only when the agent tails collective records (collector.collectives.live):
+    {"classes": [...], "collectives": [...], "rules": [...]}, or {} when none covers it."""
+    return {} if tag is None else {"collectives": tag.payload()}
 
 
 def summary_payload(
@@ -149,6 +160,7 @@ def summary_payload(
         "last_end_ns": summary.last_end_ns,
         "threshold": identity.threshold,
         "jobs": jobs_field(summary.jobs),
+        **_collectives_field(summary.collectives),
         "run": identity.run,
     }
 

@@ -9,7 +9,8 @@ the broker and every subscriber. The policy, per (device, port, direction):
    ``merged`` says how many detector bursts the event stands for. A burst is held until
    ``merge_gap_ns + flush_delay_ns`` after its end (wall clock), because the pipeline
    hands bursts over up to a drain (100 ms) late. A merged burst names the jobs of the
-   part that ends last: the table in force when it ended.
+   part that ends last: the table in force when it ended; and the collectives of all its
+   parts (collector.collectives.live: bursts come to the policy once they are labelled).
 2. **Budget.** Time is cut into windows of ``window_ns`` (1 s, or 1/rate when the rate is
    below 1 per second), by each event's end. The first ``limit`` events of a window are
    published as bursts; the rest are counted into one ``summary`` for that window
@@ -26,8 +27,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from burstscope.collector.mqtt.jobs import JobTag, union
+
+if TYPE_CHECKING:
+    from burstscope.collector.collectives.live import CollectiveTag
 
 SECOND_NS = 1_000_000_000
 
@@ -43,6 +48,8 @@ class BurstRecord:
     mean_utilization: float
     merged: int = 1  # detector bursts this record stands for
     jobs: tuple[JobTag, ...] = ()  # the jobs holding the port when it ended
+    # The collectives running during it; None: the agent tails no collective records.
+    collectives: CollectiveTag | None = None
 
     @property
     def duration_ns(self) -> int:
@@ -61,6 +68,7 @@ class BurstSummary:
     first_start_ns: int
     last_end_ns: int
     jobs: tuple[JobTag, ...] = ()  # every job the counted bursts were under
+    collectives: CollectiveTag | None = None  # every collective they ran under
 
     @property
     def window_seconds(self) -> float:
@@ -126,7 +134,14 @@ def merge(first: BurstRecord, second: BurstRecord) -> BurstRecord:
         mean_utilization=mean,
         merged=first.merged + second.merged,
         jobs=second.jobs if second.end_ns >= first.end_ns else first.jobs,
+        collectives=_collectives(first.collectives, second.collectives),
     )
+
+
+def _collectives(first: CollectiveTag | None, second: CollectiveTag | None) -> CollectiveTag | None:
+    if first is None or second is None:
+        return first if second is None else second
+    return first.union(second)
 
 
 def _count(
@@ -142,6 +157,7 @@ def _count(
             first_start_ns=record.start_ns,
             last_end_ns=record.end_ns,
             jobs=record.jobs,
+            collectives=record.collectives,
         )
     return replace(
         summary,
@@ -150,6 +166,7 @@ def _count(
         peak_utilization=max(summary.peak_utilization, record.peak_utilization),
         last_end_ns=max(summary.last_end_ns, record.end_ns),
         jobs=union(summary.jobs, record.jobs),
+        collectives=_collectives(summary.collectives, record.collectives),
     )
 
 

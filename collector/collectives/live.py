@@ -1,0 +1,500 @@
+"""The running agent's collective labels: spans of the last seconds, per-class node totals.
+
+Records arrive late. The Inspector writes a collective once it completed, at its dump
+thread's next pass (``NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS``), and the tail sees
+the write at its next poll. So nothing is labelled as it is measured: saturated samples and
+closed bursts wait here until ``label_delay_ns`` has passed since they ended, and are then
+labelled with the spans known by then (detectors/collective_join.SpanIndex: a sample's class
+set is the OR of the classes of the spans overlapping it). A collective still running when
+its sample is labelled, or dumped later than the delay, is missed: that sample counts as
+``none``. The default, 2 s, covers a dump interval of up to 1.5 s, the tail's 0.25 s poll and
+the pipeline's drain; a longer dump interval needs a longer delay (``[collectives]
+label_delay``), and every burst event waits that long too.
+
+Totals are per node and per class, never per communicator: a sample (and a burst's bytes)
+counts once in each class it runs under, in ``none`` when no span covers it, and in a pair's
+collision time when it runs under both classes of the pair. Hidden saturation is the
+analyzer's own decision (a saturated sample inside a 15 s window whose mean stayed under
+busy): each closed coarse window says whether it was quiet, and its labelled saturated time
+goes to the hidden totals of its classes once both are known.
+
+Memory is bounded: spans are kept as three integers each for ``horizon_ns`` (30 s) and
+forgotten after, samples and bursts for the label delay. Spans of one class, collective and
+rule that overlap are merged before labelling: the class sets, collectives and rules that
+come out are the same, and the many ranks of one host that record the same collective cost
+one span.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from burstscope.collector.collectives.join import INSPECTOR, _span_us, inspector_communication
+from burstscope.collector.collectives.nccl_inspector import (
+    MALFORMED,
+    OVERSIZED,
+    TRUNCATED,
+    InspectorRecord,
+)
+from burstscope.collector.collectives.tail import OTHER_HOST, DumpDirectoryTail
+from burstscope.detectors.analyzer import Chunk
+from burstscope.detectors.arrays import I64
+from burstscope.detectors.collective_classes import (
+    Classification,
+    Communication,
+    canonical_collective,
+    classify_one,
+    largest_group,
+)
+from burstscope.detectors.collective_join import (
+    DP,
+    EP,
+    OTHER,
+    PAIRS,
+    PP,
+    CollectiveSpan,
+    SpanIndex,
+    class_bit,
+    class_names,
+)
+from burstscope.detectors.config import Thresholds, scale_key
+
+_LOG = logging.getLogger(__name__)
+SECOND_NS = 1_000_000_000
+DEFAULT_LABEL_DELAY_NS = 2 * SECOND_NS
+DEFAULT_HORIZON_NS = 30 * SECOND_NS
+NONE = "none"  # no span covers the sample
+CLASSES = ("EP", "PP", "DP", "other", NONE)
+_CLASS_BITS = (EP, PP, DP, OTHER)
+_BIT_OF = dict(zip(CLASSES, _CLASS_BITS, strict=False))
+PAIR_NAMES = tuple(f"{a}-{b}" for a, b in PAIRS)
+_PAIR_BITS = tuple(class_bit(a) | class_bit(b) for a, b in PAIRS)
+# What a record can be skipped for here, beyond the reader's skips: no time of its own (a
+# plain dump, without NCCL_INSPECTOR_DUMP_VERBOSE=1), a stop before its start.
+UNPLACED = "unplaced"
+BAD_TIMES = "bad_span"
+SKIP_KINDS = (MALFORMED, OVERSIZED, TRUNCATED, OTHER_HOST, UNPLACED, BAD_TIMES)
+# How often the tail reads its files and the labels settle: a quarter of the default delay.
+POLL_SECONDS = 0.25
+# Distinct communications kept for the largest-group inference; a job that builds
+# communicators without end (a restart loop) starts the inference afresh past this.
+_MAX_COMMUNICATIONS = 4096
+
+_OFFSET = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s)")
+_UNIT_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": SECOND_NS}
+MAX_OFFSET_NS = 3600 * SECOND_NS
+
+Key = tuple[str | None, str, str]  # (kind, canonical collective, rule)
+DirectionKey = tuple[str, int, str]  # (device, port, direction)
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveTag:
+    """What a burst ran under: its classes, the collectives and the rules that classed them."""
+
+    classes: tuple[str, ...] = ()
+    collectives: tuple[str, ...] = ()
+    rules: tuple[str, ...] = ()
+
+    def payload(self) -> dict[str, Any]:
+        """The ``collectives`` field of a burst event: {} when no record covers the burst."""
+        if not self.classes:
+            return {}
+        return {
+            "classes": list(self.classes),
+            "collectives": list(self.collectives),
+            "rules": list(self.rules),
+        }
+
+    def union(self, other: CollectiveTag) -> CollectiveTag:
+        """Both tags' entries, each once (a merged burst, a window's summary)."""
+        mask = _mask_of(self.classes) | _mask_of(other.classes)
+        return CollectiveTag(
+            class_names(mask),
+            tuple(dict.fromkeys((*self.collectives, *other.collectives))),
+            tuple(dict.fromkeys((*self.rules, *other.rules))),
+        )
+
+
+def _mask_of(classes: Sequence[str]) -> int:
+    return sum(_BIT_OF[name] for name in classes)
+
+
+def parse_clock_offset(text: str) -> int:
+    """A signed duration such as ``-250us``, ``1.5ms`` or ``0``, as nanoseconds; ValueError
+    for anything else or beyond an hour (a clock that far off is not one to correct)."""
+    if text.strip() == "0":
+        return 0
+    found = _OFFSET.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(f"{text!r} is not a duration such as 250us, -1.5ms or 0")
+    offset = round(float(found.group(1)) * _UNIT_NS[found.group(2)])
+    if abs(offset) > MAX_OFFSET_NS:
+        raise ValueError(f"{text!r} is more than an hour")
+    return offset
+
+
+class SpanStore:
+    """This host's spans of the last ``horizon_ns``: start, end and a key per record."""
+
+    def __init__(
+        self,
+        mapping: Mapping[str, str] | None = None,
+        offset_ns: int = 0,
+        horizon_ns: int = DEFAULT_HORIZON_NS,
+    ) -> None:
+        self.mapping = dict(mapping) if mapping else None
+        self.offset_ns = offset_ns
+        self.horizon_ns = horizon_ns
+        self.keys: list[Key] = []  # by key id
+        self._key_ids: dict[Key, int] = {}
+        self._classes: dict[tuple[Any, ...], int] = {}  # communication -> key id
+        self._communications: dict[tuple[Any, ...], Communication] = {}
+        self._largest: tuple[int, int | None] | None = None
+        self._chunks: list[tuple[I64, I64, I64]] = []  # (starts, ends, key ids) per add
+        self._lock = threading.Lock()
+        self.placed = 0
+        self.skipped: dict[str, int] = {UNPLACED: 0, BAD_TIMES: 0}
+
+    def add(self, records: Sequence[InspectorRecord]) -> None:
+        """Records as spans (verbose ones; the others counted as skipped)."""
+        starts: list[int] = []
+        ends: list[int] = []
+        ids: list[int] = []
+        for record in records:
+            if record.kernel_channels is None and record.start_us is None:
+                self.skipped[UNPLACED] += 1
+                continue
+            span = _span_us(record)
+            if span is None:
+                self.skipped[BAD_TIMES] += 1
+                continue
+            starts.append(span[0])
+            # A stop in the same microsecond as the start still covers it (join.py's rule).
+            ends.append(max(span[1], span[0] + 1))
+            ids.append(self._key_id(record))
+        if not starts:
+            return
+        self.placed += len(starts)
+        chunk = (
+            np.array(starts, dtype=np.int64) * 1000 + self.offset_ns,
+            np.array(ends, dtype=np.int64) * 1000 + self.offset_ns,
+            np.array(ids, dtype=np.int64),
+        )
+        with self._lock:
+            self._chunks.append(chunk)
+
+    def forget(self, now_ns: int) -> None:
+        """Drop the spans that ended more than the horizon ago (whole adds at a time)."""
+        oldest = now_ns - self.horizon_ns
+        with self._lock:
+            self._chunks = [c for c in self._chunks if int(c[1].max()) >= oldest]
+
+    def _key_id(self, record: InspectorRecord) -> int:
+        communication = inspector_communication(record)
+        identity = (
+            communication.collective,
+            communication.communicator,
+            communication.group_names,
+            communication.n_ranks,
+            communication.nnodes,
+        )
+        found = self._classes.get(identity)
+        if found is not None:
+            return found
+        # The largest group is inferred over every communication seen so far; a new largest
+        # one reclassifies what follows (classify's rule 3, taken over the live records).
+        if len(self._communications) >= _MAX_COMMUNICATIONS:
+            self._communications.clear()
+        self._communications[identity] = communication
+        largest = largest_group(self._communications.values())
+        if largest != self._largest:
+            self._largest = largest
+            self._classes.clear()
+        decided: Classification = classify_one(communication, self.mapping, largest)
+        name = canonical_collective(record.collective) or record.collective
+        key = (decided.kind, name, decided.rule)
+        key_id = self._key_ids.get(key)
+        if key_id is None:
+            key_id = self._key_ids[key] = len(self.keys)
+            self.keys.append(key)
+        self._classes[identity] = key_id
+        return key_id
+
+    def _overlapping(self, lo_ns: int, hi_ns: int) -> tuple[I64, I64, I64]:
+        with self._lock:
+            chunks = list(self._chunks)
+        if not chunks:
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, empty
+        starts, ends, ids = (np.concatenate(column) for column in zip(*chunks, strict=True))
+        chosen = (starts < hi_ns) & (ends > lo_ns)
+        return starts[chosen], ends[chosen], ids[chosen]
+
+    def index(self, lo_ns: int, hi_ns: int) -> SpanIndex:
+        """The spans overlapping (lo, hi], those of one key merged where they overlap."""
+        starts, ends, ids = self._overlapping(lo_ns, hi_ns)
+        spans = []
+        for key_id in np.unique(ids).tolist():
+            chosen = ids == key_id
+            kind, collective, rule = self.keys[key_id]
+            for start, end in zip(*_merged(starts[chosen], ends[chosen]), strict=True):
+                spans.append(
+                    CollectiveSpan(
+                        start, end, collective, kind, rule, "", None, None, None, None, INSPECTOR
+                    )
+                )
+        return SpanIndex(spans)
+
+    def tag(self, lo_ns: int, hi_ns: int) -> CollectiveTag:
+        """The classes, collectives and rules of the spans overlapping (lo, hi]."""
+        _, _, ids = self._overlapping(lo_ns, hi_ns)
+        keys = [self.keys[i] for i in np.unique(ids).tolist()]
+        keys.sort(key=lambda k: (class_bit(k[0]), k[1], k[2]))
+        mask = 0
+        for kind, _, _ in keys:
+            mask |= class_bit(kind)
+        return CollectiveTag(
+            class_names(mask),
+            tuple(dict.fromkeys(k[1] for k in keys)),
+            tuple(dict.fromkeys(k[2] for k in keys)),
+        )
+
+
+def _merged(starts: I64, ends: I64) -> tuple[list[int], list[int]]:
+    """Overlapping intervals as one: the union as disjoint intervals, by start."""
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], np.maximum.accumulate(ends[order])
+    first = np.flatnonzero(np.concatenate(([True], starts[1:] > ends[:-1])))
+    last = np.concatenate((first[1:] - 1, [starts.size - 1]))
+    return starts[first].tolist(), ends[last].tolist()
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveFigures:
+    """The node's totals at one moment, for the exporter; every class and pair present."""
+
+    saturated_seconds: dict[str, float]  # by class (CLASSES)
+    hidden_saturated_seconds: dict[str, float]
+    burst_bytes: dict[str, int]
+    collision_saturated_seconds: dict[str, float]  # by pair (PAIR_NAMES)
+    records: dict[str, int]  # by source
+    skipped: dict[str, int]  # by kind
+    files: int
+
+
+class _Direction:
+    """One port direction's samples and bursts waiting for their labels."""
+
+    __slots__ = ("bursts", "decisions", "high", "last_ns", "low", "windows")
+
+    def __init__(self) -> None:
+        self.low: list[I64] = []  # saturated samples (lo, hi]
+        self.high: list[I64] = []
+        self.bursts: list[tuple[I64, I64, I64]] = []  # start, end, bytes
+        self.decisions: dict[int, bool] = {}  # closed coarse window end -> was it quiet
+        self.windows: dict[int, np.ndarray[Any, np.dtype[np.int64]]] = {}  # end -> ns by class
+        self.last_ns: int | None = None
+
+
+class CollectiveLabels:
+    """Per-class totals of the saturated samples, hidden saturation and burst bytes.
+
+    ``on_chunk`` runs in the pipeline thread (each port direction's drained chunk: it only
+    keeps what will need a label); ``settle`` in the tail's thread labels what is old enough.
+    """
+
+    def __init__(self, store: SpanStore, label_delay_ns: int = DEFAULT_LABEL_DELAY_NS) -> None:
+        self.store = store
+        self.label_delay_ns = label_delay_ns
+        self._lock = threading.Lock()
+        self._directions: dict[DirectionKey, _Direction] = {}
+        self._saturated = np.zeros(len(CLASSES), dtype=np.int64)
+        self._hidden = np.zeros(len(CLASSES), dtype=np.int64)
+        self._bytes = np.zeros(len(CLASSES), dtype=np.int64)
+        self._collisions = np.zeros(len(PAIRS), dtype=np.int64)
+        self._coarse_ns = Thresholds().coarse_window_ns
+
+    def on_chunk(self, key: DirectionKey, chunk: Chunk, thresholds: Thresholds) -> None:
+        """Keep a drained chunk's saturated samples, closed bursts and quiet windows."""
+        stamps = chunk.timestamp_ns
+        if not stamps.size:
+            return
+        with self._lock:
+            self._coarse_ns = thresholds.coarse_window_ns
+            waiting = self._directions.get(key)
+            if waiting is None:
+                waiting = self._directions[key] = _Direction()
+            saturated = chunk.saturated
+            if saturated.size:
+                high = stamps[saturated]
+                # A sample's interval starts where the one before it ended.
+                before = stamps[np.maximum(saturated - 1, 0)]
+                first = waiting.last_ns if waiting.last_ns is not None else int(high[0])
+                waiting.low.append(np.where(saturated > 0, before, first))
+                waiting.high.append(high)
+            waiting.last_ns = int(stamps[-1])
+            bursts = chunk.bursts
+            if len(bursts.start_ns):
+                waiting.bursts.append(
+                    (bursts.start_ns.copy(), bursts.end_ns.copy(), bursts.bytes.copy())
+                )
+            windows = chunk.windows.get(scale_key(thresholds.coarse_window_ns))
+            if windows is not None:
+                quiet = (windows.utilization < thresholds.busy).tolist()
+                waiting.decisions.update(zip(windows.end_ns.tolist(), quiet, strict=True))
+
+    def settle(self, now_ns: int) -> None:
+        """Label every sample and burst that ended ``label_delay_ns`` before ``now_ns``."""
+        cutoff = now_ns - self.label_delay_ns
+        taken: list[tuple[_Direction, I64, I64, tuple[I64, I64, I64]]] = []
+        with self._lock:
+            for waiting in self._directions.values():
+                low = np.concatenate(waiting.low) if waiting.low else _EMPTY
+                high = np.concatenate(waiting.high) if waiting.high else _EMPTY
+                taken.append((waiting, low, high, _columns(waiting.bursts)))
+                waiting.low, waiting.high, waiting.bursts = [], [], []
+        starts = [low[high <= cutoff] for _, low, high, _ in taken]
+        starts += [burst[0][burst[1] <= cutoff] for *_, burst in taken]
+        earliest = min((int(s.min()) for s in starts if s.size), default=None)
+        index = None if earliest is None else self.store.index(earliest, cutoff)
+        with self._lock:
+            for waiting, low, high, burst in taken:
+                ready = high <= cutoff
+                if index is not None and ready.any():
+                    self._samples(waiting, low[ready], high[ready], index)
+                if not ready.all():  # before what on_chunk added meanwhile: time order
+                    waiting.low.insert(0, low[~ready])
+                    waiting.high.insert(0, high[~ready])
+                done = burst[1] <= cutoff
+                if index is not None and done.any():
+                    masks = index.masks(burst[0][done], burst[1][done])
+                    self._bytes += _by_class(masks, burst[2][done])
+                if not done.all():
+                    waiting.bursts.insert(0, (burst[0][~done], burst[1][~done], burst[2][~done]))
+                self._settle_windows(waiting, cutoff)
+        self.store.forget(now_ns)
+
+    def _samples(self, waiting: _Direction, lo: I64, hi: I64, index: SpanIndex) -> None:
+        masks = index.masks(lo, hi)
+        held = hi - lo
+        self._saturated += _by_class(masks, held)
+        for position, bits in enumerate(_PAIR_BITS):
+            self._collisions[position] += int(held[(masks & bits) == bits].sum())
+        # By coarse window, for the hidden totals once the window's mean is known; a
+        # sample ending on a boundary belongs to the window that ends there (analyzer.py).
+        length = self._coarse_ns
+        ends = ((hi - 1) // length + 1) * length
+        for end in np.unique(ends).tolist():
+            chosen = ends == end
+            sums = _by_class(masks[chosen], held[chosen])
+            waiting.windows[end] = waiting.windows.get(end, 0) + sums
+
+    def _settle_windows(self, waiting: _Direction, cutoff: int) -> None:
+        """Windows whose samples are all labelled and whose mean is known: quiet ones add
+        their labelled saturated time to the hidden totals."""
+        for end in [e for e in waiting.windows if e <= cutoff and e in waiting.decisions]:
+            sums = waiting.windows.pop(end)
+            if waiting.decisions[end]:
+                self._hidden += sums
+        # A window closes within a drain of its end: older ones are history.
+        stale = cutoff - 4 * self._coarse_ns
+        for held in (waiting.windows, waiting.decisions):
+            for end in [e for e in held if e < stale]:
+                del held[end]
+
+    def tag(self, start_ns: int, end_ns: int) -> CollectiveTag:
+        """The tag of a burst from ``start_ns`` to ``end_ns`` (call it once the delay passed)."""
+        return self.store.tag(start_ns, end_ns)
+
+    def figures(self, records: int, skipped: Mapping[str, int], files: int) -> CollectiveFigures:
+        with self._lock:
+            saturated, hidden = self._saturated.tolist(), self._hidden.tolist()
+            burst_bytes, collisions = self._bytes.tolist(), self._collisions.tolist()
+        return CollectiveFigures(
+            saturated_seconds={c: v / 1e9 for c, v in zip(CLASSES, saturated, strict=True)},
+            hidden_saturated_seconds={c: v / 1e9 for c, v in zip(CLASSES, hidden, strict=True)},
+            burst_bytes=dict(zip(CLASSES, burst_bytes, strict=True)),
+            collision_saturated_seconds={
+                p: v / 1e9 for p, v in zip(PAIR_NAMES, collisions, strict=True)
+            },
+            records={INSPECTOR: records},
+            skipped=dict(skipped),
+            files=files,
+        )
+
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+def _columns(parts: list[tuple[I64, I64, I64]]) -> tuple[I64, I64, I64]:
+    if not parts:
+        return _EMPTY, _EMPTY, _EMPTY
+    start, end, size = (np.concatenate(column) for column in zip(*parts, strict=True))
+    return start, end, size
+
+
+def _by_class(masks: np.ndarray[Any, np.dtype[np.uint8]], amounts: I64) -> I64:
+    """Per class (CLASSES order): the amounts of the samples under it; none: under no span."""
+    out = np.zeros(len(CLASSES), dtype=np.int64)
+    for position, bit in enumerate(_CLASS_BITS):
+        out[position] = int(amounts[(masks & bit) != 0].sum())
+    out[-1] = int(amounts[masks == 0].sum())
+    return out
+
+
+class CollectiveTail:
+    """The thread that tails the dump directories, keeps their spans and settles the labels."""
+
+    def __init__(
+        self,
+        tail: DumpDirectoryTail,
+        store: SpanStore,
+        labels: CollectiveLabels,
+        poll_seconds: float = POLL_SECONDS,
+    ) -> None:
+        self.tail = tail
+        self.store = store
+        self.labels = labels
+        self.poll_seconds = poll_seconds
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run, name="burstscope-collectives", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+        self.tail.close()
+
+    def poll(self) -> None:
+        """One pass: new records in, what is old enough labelled."""
+        self.store.add(self.tail.poll())
+        self.labels.settle(time.time_ns())
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_seconds):
+            try:
+                self.poll()
+            except Exception:  # a bug here must not end the labels for the run
+                _LOG.exception("collective labels: a poll failed")
+
+    def figures(self) -> CollectiveFigures:
+        skipped = dict.fromkeys(SKIP_KINDS, 0)
+        for kind, count in (*self.tail.skipped.items(), *self.store.skipped.items()):
+            skipped[kind] = skipped.get(kind, 0) + count
+        return self.labels.figures(self.tail.records, skipped, self.tail.files)
