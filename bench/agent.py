@@ -11,7 +11,10 @@
 3. The real ``burstscope agent`` (the console script, default settings, 1 ms) runs on
    (a) ``--sysfs-root DIR --no-jobs``, (a') the same tree with job attribution on
    (``--slurm-jobs-dir``: the shipped Slurm prolog and epilog start a new job every 5 s
-   beside one long job) and (b) ``--source sim``. For each: the time from exec to
+   beside one long job), (a'') the same tree tailing an NCCL Inspector dump directory
+   (``--nccl-inspector-dir``) that a thread of this benchmark writes at 1,000 verbose records
+   a second (burstscope.testing.inspector_dumps: EP and DP collectives covering all of the
+   time, a dump every 0.1 s) and (b) ``--source sim``. For each: the time from exec to
    ``/metrics`` answering with the sampler ticking (``ready_seconds``); then, after a settle,
    a ``--duration`` window with a Prometheus-like scrape every 15 s, over which the CPU time
    of every process in the agent's tree is read from ``/proc/PID/stat`` (utime + stime, all
@@ -35,7 +38,8 @@ verdict under ``targets``: whole agent CPU <= 2.0x the C loop (each source), mai
 loop's + 0.001, ready <= 2 s, ``--version`` and ``discover`` <= 0.25 s CPU, the whole
 agent with job attribution <= 1.05x its CPU without: the tree of (a) plus the difference
 of the main processes of (a') and (a), where attribution runs (the sampler's own CPU swings
-by a third between runs; the raw ratio of the trees is printed too). The
+by a third between runs; the raw ratio of the trees is printed too); and the same for the
+collective labels, (a'') against (a), at the records rate the writer reached. The
 ``loadavg`` before and after says how shared the machine was.
 """
 
@@ -62,6 +66,7 @@ from typing import Any
 
 import numpy as np
 
+from burstscope.testing.inspector_dumps import PacedWriter
 from burstscope.testing.slurm_jobs import end_job, start_job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,7 +96,10 @@ TARGETS = {
     "command_cpu_seconds": 0.25,
     # Job attribution on (Slurm jobs starting and ending) against off, the same tree.
     "jobs_cpu_ratio": 1.05,
+    # Tailing a dump directory written at COLLECTIVE_RECORDS_PER_SECOND against not.
+    "collectives_cpu_ratio": 1.05,
 }
+COLLECTIVE_RECORDS_PER_SECOND = 1000.0
 # A new Slurm job every this many seconds during the jobs run (one long job stays), through
 # the shipped prolog and epilog: the watcher's polls, the table's rebuilds and the job
 # families in every scrape are all in the measured window.
@@ -401,7 +409,7 @@ def verdicts(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "met": value is not None and value <= target,
         }
 
-    for source in ("sysfs", "sysfs_jobs", "sim"):
+    for source in ("sysfs", "sysfs_jobs", "sysfs_collectives", "sim"):
         agent = result[source]
         judge(
             f"{source}_agent_cpu_ratio_vs_c",
@@ -420,6 +428,9 @@ def verdicts(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for name, value in result["commands_cpu_seconds"].items():
         judge(f"{name}_cpu_seconds", value, TARGETS["command_cpu_seconds"])
     judge("jobs_cpu_ratio", result["jobs_cpu_ratio"], TARGETS["jobs_cpu_ratio"])
+    judge(
+        "collectives_cpu_ratio", result["collectives_cpu_ratio"], TARGETS["collectives_cpu_ratio"]
+    )
     return out
 
 
@@ -430,7 +441,7 @@ def summary(result: dict[str, Any]) -> str:
         f"C loop, 18 files at 1 kHz: {c['cpu_percent']:.2f}% of a core, missed "
         f"{c['missed_tick_fraction']:.6f}",
     ]
-    for source in ("sysfs", "sysfs_jobs", "sim"):
+    for source in ("sysfs", "sysfs_jobs", "sysfs_collectives", "sim"):
         a = result[source]
         lines.append(
             f"agent {source:10}: {a['cpu_percent']:.2f}% (main {a['main_cpu_percent']:.2f}, "
@@ -453,6 +464,12 @@ def summary(result: dict[str, Any]) -> str:
         f"job attribution on / off (sysfs): main process +{result['jobs_main_cpu_delta_percent']}"
         f" points, whole agent {result['jobs_cpu_ratio']}x (raw trees "
         f"{result['jobs_whole_tree_ratio_raw']}x)"
+    )
+    lines.append(
+        f"collective labels, {result['collective_records_per_second']} records/s: main process "
+        f"+{result['collectives_main_cpu_delta_percent']} points, whole agent "
+        f"{result['collectives_cpu_ratio']}x (raw trees "
+        f"{result['collectives_whole_tree_ratio_raw']}x)"
     )
     for name, verdict in result["targets"].items():
         mark = "met" if verdict["met"] else "MISSED"
@@ -529,6 +546,20 @@ def main(argv: list[str] | None = None) -> int:
                     scratch,
                     "sysfs-jobs",
                 )
+            dumps = scratch / "inspector"
+            dump = PacedWriter(
+                dumps, lambda start, end: ["EP", "DP"], COLLECTIVE_RECORDS_PER_SECOND
+            )
+            with dump.running():
+                began = time.monotonic()
+                result["sysfs_collectives"] = run_agent(
+                    ["--sysfs-root", str(tree), "--no-jobs", "--nccl-inspector-dir", str(dumps)],
+                    args.duration,
+                    scratch,
+                    "sysfs-collectives",
+                )
+                rate = dump.written / (time.monotonic() - began)
+            result["collective_records_per_second"] = round(rate, 1)
             result["sim"] = run_agent(["--source", "sim"], args.duration, scratch, "sim")
             reference += run_reference(binary, config, cpu, half, clock, files)
             result["node_exporter"] = (
@@ -547,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu": reference.cpu,
         "files": len(files),
     }
-    for source in ("sysfs", "sysfs_jobs", "sim"):
+    for source in ("sysfs", "sysfs_jobs", "sysfs_collectives", "sim"):
         agent = result[source]
         agent["cpu_ratio_vs_c"] = round(agent["cpu_percent"] / c_percent, 3) if c_percent else None
     # Attribution runs in the main process only (the sampler process has no job code), and
@@ -558,6 +589,16 @@ def main(argv: list[str] | None = None) -> int:
     result["jobs_cpu_ratio"] = round(1 + jobs_main / result["sysfs"]["cpu_percent"], 3)
     result["jobs_whole_tree_ratio_raw"] = round(
         result["sysfs_jobs"]["cpu_percent"] / result["sysfs"]["cpu_percent"], 3
+    )
+    # The labels run in the main process only (the tail's thread, a listener in the drain):
+    # the same comparison as the jobs'.
+    labels_main = (
+        result["sysfs_collectives"]["main_cpu_percent"] - result["sysfs"]["main_cpu_percent"]
+    )
+    result["collectives_main_cpu_delta_percent"] = round(labels_main, 3)
+    result["collectives_cpu_ratio"] = round(1 + labels_main / result["sysfs"]["cpu_percent"], 3)
+    result["collectives_whole_tree_ratio_raw"] = round(
+        result["sysfs_collectives"]["cpu_percent"] / result["sysfs"]["cpu_percent"], 3
     )
     result["duration_s"] = args.duration
     result["cpu_clock"] = "stat"

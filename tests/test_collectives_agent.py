@@ -150,9 +150,12 @@ def test_burst_events_carry_the_collectives_they_ran_under(
             ),
             PacedWriter(dumps, phase).running(),
         ):
+            seen: dict[int, int] = {}  # seq -> when this test first saw the event
 
             def burst_after(since_ns: int) -> dict[str, Any] | None:
+                now = time.time_ns()
                 for event in subscriber.events():
+                    seen.setdefault(event["seq"], now)
                     # A burst that began after the records changed (a dump's period later).
                     if event.get("kind") == "burst" and event["start_ns"] > since_ns + 2e8:
                         return event
@@ -170,6 +173,9 @@ def test_burst_events_carry_the_collectives_they_ran_under(
                 assert subscriber.wait_for(lambda: burst_after(since) is not None, 15), kinds  # noqa: B023
                 event = burst_after(since)
                 assert event is not None and event["collectives"] == expected, event
+                # Held for the label delay (docs/collectives.md): published 2 s after its end
+                # or later, so seen no earlier.
+                assert seen[event["seq"]] - event["end_ns"] >= 2 * SECOND_NS
             assert value(metrics, "class_saturated_seconds_total", "class", "none") > 0
     finally:
         subscriber.stop()
