@@ -136,6 +136,39 @@ def concat_schedules(parts: list[CollectiveSchedule]) -> CollectiveSchedule:
     )
 
 
+def in_flight(schedule: CollectiveSchedule, kind: int) -> tuple[I64, I64]:
+    """When collectives of class ``kind`` were in flight on the host: the union of their
+    [issue_ns, end_ns) spans as disjoint, sorted [start, end) intervals."""
+    chosen = schedule.kind == kind
+    order = np.argsort(schedule.issue_ns[chosen], kind="stable")
+    starts, ends = schedule.issue_ns[chosen][order], schedule.end_ns[chosen][order]
+    if not len(starts):
+        return starts, ends
+    reach = np.maximum.accumulate(ends)
+    # A span begins a new interval when it starts after every earlier one has ended.
+    first = np.concatenate(([True], starts[1:] > reach[:-1]))
+    last = np.concatenate((first[1:], [True]))
+    return starts[first], reach[last]
+
+
+def collision_ns(
+    schedule: CollectiveSchedule, first: int, second: int, start_ns: int, end_ns: int
+) -> int:
+    """How long collectives of both classes were in flight at once within [start_ns,
+    end_ns) of model time: the host's collision time of the pair, the truth a report's
+    collision table measures in samples."""
+    a_start, a_end = (np.clip(x, start_ns, end_ns) for x in in_flight(schedule, first))
+    b_start, b_end = (np.clip(x, start_ns, end_ns) for x in in_flight(schedule, second))
+    total, i, j = 0, 0, 0
+    while i < len(a_start) and j < len(b_start):
+        total += max(0, int(min(a_end[i], b_end[j])) - int(max(a_start[i], b_start[j])))
+        if a_end[i] < b_end[j]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
 def stage_for(warmup: int) -> int:
     """The pipeline stage whose 1F1B warm-up is ``warmup`` forwards."""
     return PIPELINE_STAGES - 1 - warmup

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # 400 Gb/s NDR rails and a 200 Gb/s HDR storage port. Integer bytes per nanosecond, so
 # line rate x any integer interval is an exact integer and the cap can be tested exactly.
@@ -64,13 +64,17 @@ class JobShape:
     pipeline_rate: tuple[float, float]
     gradient_bytes: float  # ZeRO-2 reduce-scatter, and the all-gather of the updated shard
     gradient_buckets: int  # reduce-scatter buckets, issued faster than the wire drains them
-    bucket_spacing_ns: int
+    bucket_spacing_ns: int  # between buckets after the backward (unused with overlap)
     collective_rate: tuple[float, float]
     optimizer_ns: int
     bubble_ns: int  # pipeline fill and drain on this stage
     load_bytes: float  # data loader read on the storage port per iteration
     checkpoint_bytes: float  # synchronous checkpoint write on the storage port
     checkpoint_every_ns: int
+    # Reduce-scatter the gradients during the last micro-batch's backward pass, each bucket
+    # as its layer's gradients are complete, instead of after it (workload.py says how).
+    overlap_grad_reduce: bool = False
+    name: str = ""  # what the job's owner called it (the simulated scheduler's job name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +111,30 @@ MOE = JobShape(
     load_bytes=200e6,
     checkpoint_bytes=40e9,
     checkpoint_every_ns=90 * SECOND,
+    name="moe-pretrain",
+)
+
+# The MoE job as Megatron-LM runs it with its distributed optimizer and
+# DistributedDataParallelConfig(overlap_grad_reduce=True) ("overlap grad all-reduce /
+# reduce-scatter with backward compute", megatron/core/distributed/
+# distributed_data_parallel_config.py): a bucket is reduce-scattered as soon as the backward
+# pass has produced all of its gradients (param_and_grad_buffer.py, register_grad_ready ->
+# start_grad_sync), in the last micro-batch's backward only (pipeline_parallel/schedules.py
+# enables grad sync for the last micro-batch; the others accumulate under no_sync), and the
+# optimizer waits for all (finish_grad_sync). PyTorch DDP does the same with its buckets:
+# "When gradients in one bucket are all ready, the Reducer kicks off an asynchronous
+# allreduce on that bucket" (pytorch docs/source/notes/ddp.rst, Internal Design). The buckets
+# share the rails with that backward pass's all-to-alls and its send to the previous stage:
+# EP, PP and DP collide. Two buckets per layer (its experts' gradients, then the rest), as
+# NeMo chunks DP traffic by transformer layer (docs/source/features/optimizations/
+# communication_overlap.rst); MoE expert gradients are large: 750 MB per rail and bucket.
+MOE_OVERLAP = replace(
+    MOE,
+    gradient_bytes=6.0e9,
+    gradient_buckets=2 * MOE.layers,
+    bucket_spacing_ns=0,
+    overlap_grad_reduce=True,
+    name="moe-pretrain-overlap",
 )
 
 DENSE = JobShape(
@@ -130,6 +158,7 @@ DENSE = JobShape(
     load_bytes=150e6,
     checkpoint_bytes=60e9,
     checkpoint_every_ns=120 * SECOND,
+    name="dense-pretrain",
 )
 
 # The jobs of a shared cluster that leave the fabric idle most of the time: small
@@ -155,10 +184,12 @@ LIGHT = JobShape(
     load_bytes=100e6,
     checkpoint_bytes=20e9,
     checkpoint_every_ns=300 * SECOND,
+    name="finetune",
 )
 
 PROFILES: dict[str, Profile] = {
     "moe": Profile("moe", ((1.0, MOE),)),
+    "moe-overlap": Profile("moe-overlap", ((1.0, MOE_OVERLAP),)),
     "dense": Profile("dense", ((1.0, DENSE),)),
     "idle-heavy": Profile(
         "idle-heavy",

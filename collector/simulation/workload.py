@@ -95,7 +95,13 @@ def empty_items() -> WireItems:
 
 
 class _Chain:
-    """The node's program order: each event is issued a compute gap after the chain may go on."""
+    """The node's program order: each event is issued a compute gap after the chain may go on.
+
+    It also keeps a nominal clock of its own: when the chain may go on (``ready``) and when
+    each direction's wire would drain (``free``) if every message took its expected time.
+    Only the overlapped backward pass reads it, to wait for an all-to-all that queued behind
+    a gradient bucket, and the optimizer for the last bucket.
+    """
 
     def __init__(self) -> None:
         self.gap: list[int] = []
@@ -106,6 +112,8 @@ class _Chain:
         self.rate_high: list[float] = []
         self.spread: list[float] = []  # lognormal sigma of per-rail bytes
         self.identity: list[Identity] = []
+        self.ready = 0  # nominal: when the chain may issue its next event
+        self.free = {_SEND: 0, _RECEIVE: 0}  # nominal: when each direction's queue drains
 
     def add(
         self,
@@ -117,16 +125,33 @@ class _Chain:
         spread: float = 0.01,
         blocking: bool = True,
         wait: int | None = None,
+        queued: bool = False,
     ) -> None:
+        """One event; ``queued``: a blocking event waits until it would leave the queue."""
         self.gap.append(max(gap, MIN_GAP_NS))
         expected = int(size / (PORTS[0].bytes_per_ns * min(sum(rate) / 2, 1.0)))
+        issue = self.ready + self.gap[-1]
+        end = issue + expected
+        for direction in self.free:
+            if directions & direction:
+                end = max(end, self.free[direction] + expected)
+        for direction in self.free:
+            if directions & direction:
+                self.free[direction] = end
+        if queued and wait is None:
+            wait = end - issue
         self.wait.append((expected if wait is None else wait) if blocking else 0)
+        self.ready = issue + self.wait[-1]
         self.directions.append(directions)
         self.size.append(size)
         self.rate_low.append(rate[0])
         self.rate_high.append(rate[1])
         self.spread.append(spread)
         self.identity.append(identity)
+
+    def backlog(self) -> int:
+        """How long after the chain may go on its queues still drain (nominal)."""
+        return max(max(self.free.values()) - self.ready, 0)
 
 
 def _one_f_one_b(shape: JobShape) -> list[bool]:
@@ -136,11 +161,71 @@ def _one_f_one_b(shape: JobShape) -> list[bool]:
     return [True] * warmup + [True, False] * steady + [False] * warmup
 
 
+class _Buckets:
+    """Overlapped gradient reduction: which ready point of the last backward issues which.
+
+    A ready point is where a layer's backward has produced a group of its gradients: its
+    experts' (MoE) when their backward ends, the rest when the layer's ends. Bucket i of B
+    goes out at the first point by which its share of the gradients is complete:
+    ceil((i + 1) P / B) - 1 of P points, so the last bucket waits for the last point.
+    """
+
+    def __init__(self, shape: JobShape) -> None:
+        self.shape = shape
+        per_layer = 2 if shape.moe else 1
+        points = per_layer * shape.layers
+        self.at = [0] * points  # buckets issued at each point
+        for index in range(shape.gradient_buckets):
+            self.at[-(-(index + 1) * points // shape.gradient_buckets) - 1] += 1
+        self.point = 0
+
+    def ready(self, chain: _Chain, compute: int, syncing: bool) -> int:
+        """Issue the buckets of the next ready point (in the syncing pass; asynchronous, like
+        Megatron's start_grad_sync) after ``compute``; the gap left before the next event."""
+        if not syncing:
+            return compute
+        count = self.at[self.point]
+        self.point += 1
+        size = self.shape.gradient_bytes / self.shape.gradient_buckets
+        for index in range(count):
+            gap = MIN_GAP_NS if index else compute
+            bucket = Identity(DP, REDUCE_SCATTER, DP_GROUP)
+            chain.add(bucket, gap, _BOTH, size, self.shape.collective_rate, blocking=False)
+        return MIN_GAP_NS if count else compute
+
+
+def _overlapped_backward(chain: _Chain, shape: JobShape, batch: int, sync: _Buckets | None) -> int:
+    """One backward pass in its real order, issuing gradient buckets if ``sync`` is given;
+    returns the compute left before the send to the previous stage.
+
+    A MoE layer's backward undoes its forward from the end: the combine's all-to-all, the
+    experts' backward, the dispatch's all-to-all, then attention. A blocking all-to-all
+    that queued behind a bucket on the rail completes only when the bucket has gone
+    (``queued``): the computation after it waits that long.
+    """
+    carried = 0
+    syncing = sync is not None
+    buckets = sync or _Buckets(shape)
+    rate = shape.all_to_all_rate
+    for index in range(shape.layers):
+        if shape.moe:
+            layer = shape.layers - 1 - index
+            expert = Identity(EP, ALL_TO_ALL, EP_GROUP, batch, layer, False)
+            size = shape.all_to_all_bytes
+            chain.add(expert, carried, _BOTH, size, rate, shape.imbalance, queued=True)
+            gap = buckets.ready(chain, 2 * shape.expert_ns, syncing)
+            chain.add(expert, gap, _BOTH, size, rate, shape.imbalance, queued=True)
+            carried = 0
+        carried = buckets.ready(chain, carried + 2 * shape.attention_ns, syncing)
+    return carried
+
+
 def _chain_for(shape: JobShape) -> _Chain:
     chain = _Chain()
     gap = shape.bubble_ns
     passes = {True: 0, False: 0}  # micro-batches begun, per direction
-    for forward in _one_f_one_b(shape):
+    order = _one_f_one_b(shape)
+    for step, forward in enumerate(order):
         scale = 1 if forward else 2
         batch = passes[forward]
         passes[forward] += 1
@@ -150,29 +235,44 @@ def _chain_for(shape: JobShape) -> _Chain:
         receive = Identity(PP, RECV, before, batch, NO_INDEX, forward)
         chain.add(receive, gap, _RECEIVE, shape.pipeline_bytes, shape.pipeline_rate)
         compute = 0
-        for index in range(shape.layers):
-            compute += shape.attention_ns * scale
-            if shape.moe:
-                # Backward runs the layers in reverse; each layer dispatches, then combines.
-                layer = index if forward else shape.layers - 1 - index
-                expert = Identity(EP, ALL_TO_ALL, EP_GROUP, batch, layer, forward)
-                rate = shape.all_to_all_rate
-                chain.add(expert, compute, _BOTH, shape.all_to_all_bytes, rate, shape.imbalance)
-                chain.add(
-                    expert,
-                    shape.expert_ns * scale,
-                    _BOTH,
-                    shape.all_to_all_bytes,
-                    rate,
-                    shape.imbalance,
-                )
-                compute = 0
+        if shape.overlap_grad_reduce and not forward:
+            # Grad sync is enabled for the last micro-batch's backward only (Megatron's
+            # schedules.py; the others accumulate under no_sync): 1F1B ends on it.
+            sync = _Buckets(shape) if step == len(order) - 1 else None
+            compute = _overlapped_backward(chain, shape, batch, sync)
+        else:
+            for index in range(shape.layers):
+                compute += shape.attention_ns * scale
+                if shape.moe:
+                    # Backward runs the layers in reverse; each layer dispatches, then combines.
+                    layer = index if forward else shape.layers - 1 - index
+                    expert = Identity(EP, ALL_TO_ALL, EP_GROUP, batch, layer, forward)
+                    rate = shape.all_to_all_rate
+                    size = shape.all_to_all_bytes
+                    chain.add(expert, compute, _BOTH, size, rate, shape.imbalance)
+                    chain.add(expert, shape.expert_ns * scale, _BOTH, size, rate, shape.imbalance)
+                    compute = 0
         # The send to the other neighbour is asynchronous (isend): compute goes on.
         send = Identity(PP, SEND, after, batch, NO_INDEX, forward)
         chain.add(send, compute, _SEND, shape.pipeline_bytes, shape.pipeline_rate, blocking=False)
         gap = MIN_GAP_NS
-    # ZeRO-2: gradient buckets are reduce-scattered as backward finishes them, faster than
-    # the wire drains them, so they queue into one long burst; the optimizer waits for all.
+    optimizer = shape.optimizer_ns
+    if shape.overlap_grad_reduce:
+        # The buckets went out during the last backward; the optimizer waits for the last
+        # (Megatron's finish_grad_sync) before it updates the shard.
+        optimizer += chain.backlog()
+    else:
+        _reduce_after_backward(chain, shape)
+    # The optimizer updates this rank's shard, then the shard is all-gathered.
+    gather = Identity(DP, ALL_GATHER, DP_GROUP)
+    chain.add(gather, optimizer, _BOTH, shape.gradient_bytes, shape.collective_rate)
+    return chain
+
+
+def _reduce_after_backward(chain: _Chain, shape: JobShape) -> None:
+    """ZeRO-2 without overlap: gradient buckets are reduce-scattered once the backward is
+    done, faster than the wire drains them, so they queue into one long burst; the
+    optimizer waits for all."""
     buckets = shape.gradient_buckets
     bucket = shape.gradient_bytes / buckets
     drain = int(shape.gradient_bytes / PORTS[0].bytes_per_ns)
@@ -188,10 +288,6 @@ def _chain_for(shape: JobShape) -> _Chain:
             blocking=last,
             wait=wait,
         )
-    # The optimizer updates this rank's shard, then the shard is all-gathered.
-    gather = Identity(DP, ALL_GATHER, DP_GROUP)
-    chain.add(gather, shape.optimizer_ns, _BOTH, shape.gradient_bytes, shape.collective_rate)
-    return chain
 
 
 def fifo(arrival: I64, duration: I64) -> tuple[I64, I64]:
