@@ -1,18 +1,36 @@
-"""A simulated node as a trace, faster than real time: what recorder.py records, from the model."""
+"""A simulated node as a trace, faster than real time: what recorder.py records, from the model.
+
+With the collectives' logs (CollectiveLogs) it also writes the trace's job table
+(``_jobs.jsonl``, collector.trace.jobs) as the agent's job watcher would have: the model's
+jobs as a scheduler states them, each holding the node's eight rails for compute and its
+storage NIC, from the job's first iteration to its last (SimulatedScheduler).
+"""
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from burstscope.collector.discovery import DATA_COUNTER_OCTETS
+from burstscope.collector.jobs.model import (
+    COMPUTE,
+    EMPTY_TABLE,
+    RULE_WHOLE_NODE,
+    SLURM,
+    STORAGE,
+    Holding,
+    Job,
+    JobTable,
+)
+from burstscope.collector.jobs.spans import JobLog
 from burstscope.collector.simulation.collective_logs import CollectiveLogs
 from burstscope.collector.simulation.congestion import SATURATED
 from burstscope.collector.simulation.model import TrafficModel
-from burstscope.collector.simulation.profiles import SECOND
+from burstscope.collector.simulation.profiles import PORTS, SECOND, STORAGE_PORT_INDEX
 from burstscope.collector.sources.sim import sim_slow_readings
 from burstscope.collector.trace import PortColumns, SlowRow, TraceWriter
 from burstscope.detectors.arrays import I64
@@ -120,6 +138,76 @@ class _SlowPolls:
         return found
 
 
+# Who submits the simulated jobs: plausible cluster accounts, one per job from the seed.
+_USERS = ("achen", "bkumar", "mlperf", "rossi", "svc-train", "ywang")
+
+
+def simulated_job(seed: int, number: int, name: str, start_ns: int) -> Job:
+    """The scheduler's record of job ``number`` of the job mix of ``seed``, started at
+    ``start_ns`` (wall): a Slurm id and user derived from both, the same on every node."""
+    digest = zlib.crc32(f"{seed}:{number}".encode())
+    first = 100_000 + zlib.crc32(str(seed).encode()) % 900_000
+    return Job(
+        job_id=str(first + 211 * number),  # other users' jobs are submitted in between
+        scheduler=SLURM,
+        user=_USERS[digest % len(_USERS)],
+        name=name or "training",
+        start_time=start_ns / SECOND,
+    )
+
+
+class SimulatedScheduler:
+    """The trace's job table for a simulated node, written through the agent's own JobLog.
+
+    A job holds the whole node (all eight GPUs: RULE_WHOLE_NODE, as collector.jobs.topology
+    decides for a job that names every GPU): the rails for compute, the storage NIC with
+    role storage. A line is written where a job's first iteration begins and where the
+    fabric goes idle after its last, at model time m + ``wall_offset_ns`` (the mapping of
+    the samples and the collective logs).
+    """
+
+    def __init__(self, trace: Path, host: str, seed: int, wall_offset_ns: int) -> None:
+        self.log = JobLog(trace)
+        self.host = host
+        self.seed = seed
+        self.wall_offset_ns = wall_offset_ns
+        self.jobs = 0  # jobs begun
+        self._table = EMPTY_TABLE
+        self._running = -1  # the model's number of the job in the table; -1 none
+        self._next_block = 0  # the index of the first block not yet looked at
+
+    def follow(self, model: TrafficModel, until_ns: int) -> None:
+        """Write the changes of the blocks that begin before model time ``until_ns``."""
+        model.extend_to(until_ns)
+        for block in model.blocks():
+            if block.index < self._next_block or block.start_ns >= until_ns:
+                continue
+            self._next_block = block.index + 1
+            if block.job == self._running:
+                continue
+            when = block.start_ns + self.wall_offset_ns
+            table = EMPTY_TABLE
+            if block.job >= 0:
+                name = block.shape.name if block.shape is not None else ""
+                self.jobs += 1
+                table = self._holding_node(simulated_job(self.seed, block.job, name, when))
+            self.log.on_change(when, self._table, table)
+            self._table, self._running = table, block.job
+
+    def _holding_node(self, job: Job) -> JobTable:
+        holdings = [
+            Holding(
+                job.job_id,
+                port.device,
+                port.port,
+                STORAGE if index == STORAGE_PORT_INDEX else COMPUTE,
+                RULE_WHOLE_NODE,
+            )
+            for index, port in enumerate(PORTS)
+        ]
+        return JobTable.build([job], holdings)
+
+
 def simulate_trace(
     model: TrafficModel,
     writer: TraceWriter,
@@ -129,6 +217,7 @@ def simulate_trace(
     progress: Callable[[int], None] | None = None,
     node: NodeTiming | None = None,
     collective_logs: CollectiveLogs | None = None,
+    scheduler: SimulatedScheduler | None = None,
 ) -> int:
     """Write ``duration_ns`` of samples (ticks at 0, interval, ... duration) and return the rows.
 
@@ -138,7 +227,8 @@ def simulate_trace(
     timing, the job reaching it ``skew_ns`` late, its clock ``clock_offset_ns`` off.
     ``collective_logs`` gets the collectives issued in each chunk's model time and is closed
     at the end; it must map model time m to m + skew_ns + start_wall_ns + clock_offset_ns
-    (wall_offset_ns), as the samples here do.
+    (wall_offset_ns), as the samples here do; ``scheduler``, with the same mapping, writes
+    the job table as the model's jobs begin and end.
     """
     node = node or NodeTiming(model.seed)
     ticks_total = duration_ns // interval_ns + 1
@@ -176,6 +266,8 @@ def simulate_trace(
         if collective_logs is not None:
             until = (first + count) * interval_ns
             collective_logs.write(model.collectives(first * interval_ns, until), until)
+        if scheduler is not None:
+            scheduler.follow(model, (first + count) * interval_ns)
         model.forget_before((first + count) * interval_ns)
         if progress is not None:
             progress((first + count) * interval_ns)

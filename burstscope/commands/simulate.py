@@ -21,7 +21,12 @@ from burstscope.collector.simulation.model import TrafficModel
 from burstscope.collector.simulation.profiles import DEFAULT_PROFILE, PROFILES, profile_named
 from burstscope.collector.simulation.sysfs_writer import SysfsWriter
 from burstscope.collector.trace import TraceError, TraceInfo, TraceWriter, prepare_output
-from burstscope.collector.tracegen import FIXED_EPOCH_NS, NodeTiming, simulate_trace
+from burstscope.collector.tracegen import (
+    FIXED_EPOCH_NS,
+    NodeTiming,
+    SimulatedScheduler,
+    simulate_trace,
+)
 from burstscope.errors import UsageError
 
 
@@ -65,7 +70,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         "under PATH/collectives/: NCCL Inspector dumps, verbose (nccl-inspector/) and plain "
         "(nccl-inspector-plain/), as NCCL 2.29's plugin writes them (collectives only, "
         "sampled by its dump thread), and each GPU's PyTorch profiler trace (pytorch/, "
-        "Send and Recv included), on the node's clock",
+        "Send and Recv included), on the node's clock; and the trace's job table "
+        "(PATH/_jobs.jsonl): each job of the model holding the rails for compute and "
+        "mlx5_8 for storage",
     )
     parser.add_argument(
         "--inspector-dump-interval",
@@ -146,11 +153,13 @@ def run(args: argparse.Namespace) -> int:
         info = TraceInfo(interval_ns, source, args.host, node.clock_offset_ns)
     began = time.perf_counter()
     logs = None
+    scheduler = None
     if args.collectives:
         assert info.host is not None
         # The counters' mapping of model time to the node's clock (tracegen.simulate_trace).
         offset = node.skew_ns + start_ns + node.clock_offset_ns
         logs = CollectiveLogs(path, info.host, args.seed, offset, dump_interval_us)
+        scheduler = SimulatedScheduler(path, info.host, args.seed, offset)
     try:
         rows = simulate_trace(
             model,
@@ -160,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
             start_ns,
             node=node,
             collective_logs=logs,
+            scheduler=scheduler,
         )
     except TraceError as exc:
         raise UsageError(str(exc)) from None
@@ -168,10 +178,10 @@ def run(args: argparse.Namespace) -> int:
         f"simulated {args.duration:g} s of {args.profile} (seed {args.seed}) in {elapsed:.2f} s "
         f"({args.duration / elapsed:.0f}x real time): {rows} rows in {path}"
     )
-    if logs is not None:
+    if logs is not None and scheduler is not None:
         print(
             f"{logs.collectives} collectives of the node: {logs.inspector.records} Inspector "
-            f"records per log kind in {logs.root}"
+            f"records per log kind in {logs.root}; {scheduler.jobs} jobs in the job table"
         )
     return 0
 

@@ -95,6 +95,8 @@ class Block:
     segment_base: list[I64]  # cumulative bytes at the segment's start
     bursts: Schedule
     collectives: CollectiveSchedule  # issued in this block, by issue time
+    job: int = -1  # the number of the job whose iteration this is (0, 1, ...); -1 idle
+    shape: JobShape | None = None  # that job's shape; None for an idle stretch
     _lists: dict[int, tuple[list[int], list[float], list[int]]] = field(default_factory=dict)
 
     def lists(self, channel: int) -> tuple[list[int], list[float], list[int]]:
@@ -232,6 +234,8 @@ class TrafficModel:
                 bases,
                 _schedule(burst_parts),
                 collectives,
+                self._job_number if plan is not None else -1,
+                self._job if plan is not None else None,
             )
         )
         self._next_index += 1
