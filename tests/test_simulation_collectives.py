@@ -7,6 +7,8 @@ schedule (CollectiveSchedule) on the node's clock.
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,6 +18,8 @@ import pytest
 from burstscope.cli import main
 from burstscope.collector.collectives.nccl_inspector import InspectorReader, InspectorRecord
 from burstscope.collector.collectives.pytorch_trace import PytorchTrace, read_trace
+from burstscope.collector.jobs.model import COMPUTE, STORAGE
+from burstscope.collector.jobs.spans import read_job_log
 from burstscope.collector.simulation.collective_logs import (
     COLLECTIVES_DIR,
     INSPECTOR_DIR,
@@ -34,15 +38,35 @@ from burstscope.collector.simulation.collectives import (
     GROUPS,
     PP,
     REDUCE_SCATTER,
+    SEND,
     CollectiveSchedule,
     NodePlace,
+    collision_ns,
     concat_schedules,
 )
 from burstscope.collector.simulation.model import TrafficModel
-from burstscope.collector.simulation.profiles import MOE, PROFILES, SECOND, TRAINING_PORTS
+from burstscope.collector.simulation.profiles import (
+    MIN_BURST_NS,
+    MIN_GAP_NS,
+    MOE,
+    MOE_OVERLAP,
+    PORTS,
+    PROFILES,
+    SECOND,
+    TRAINING_PORTS,
+    JobShape,
+)
 from burstscope.collector.simulation.workload import plan_iteration
 from burstscope.collector.trace import TraceInfo, TraceWriter
-from burstscope.collector.tracegen import FIXED_EPOCH_NS, NodeTiming, simulate_trace
+from burstscope.collector.trace.jobs import JOBS_FILE, encode_state, read_states
+from burstscope.collector.tracegen import (
+    FIXED_EPOCH_NS,
+    NodeTiming,
+    SimulatedScheduler,
+    simulate_trace,
+    simulated_job,
+)
+from burstscope.detectors.analyzer import analyze
 
 HOST = "gpu-node-07"
 SEED = 5
@@ -121,8 +145,9 @@ def test_one_iteration_has_hermod_types_in_1f1b_order() -> None:
     assert max(GROUPS, key=lambda g: (g.n_ranks, g.nnodes)).kind == DP
 
 
-def test_every_wire_item_lies_in_its_one_collective() -> None:
-    plan = plan_iteration(MOE, np.random.default_rng((SEED, 0)), 1_000, checkpoint=False)
+@pytest.mark.parametrize("shape", [MOE, MOE_OVERLAP], ids=["moe", "moe-overlap"])
+def test_every_wire_item_lies_in_its_one_collective(shape: JobShape) -> None:
+    plan = plan_iteration(shape, np.random.default_rng((SEED, 0)), 1_000, checkpoint=False)
     chain = plan.collectives
     events = len(chain.identities)
     seen = np.zeros(events, dtype=np.int64)
@@ -282,6 +307,7 @@ def test_same_seed_same_bytes_and_no_logs_unless_asked(tmp_path: Path, trace: Pa
         assert (trace / name).read_bytes() == (again / name).read_bytes(), name
     plain = simulate(tmp_path / "plain", "--host", HOST)
     assert not (plain / COLLECTIVES_DIR).exists()
+    assert not (plain / JOBS_FILE).exists()
 
 
 def kernels(trace: Path) -> PytorchTrace:
@@ -328,3 +354,138 @@ def test_a_bad_dump_interval_is_one_line_and_status_2(
     assert err.count("\n") == 1 and "--inspector-dump-interval" in err
     assert "Traceback" not in err
     assert not out.exists()
+
+
+# --- moe-overlap: gradient buckets reduce-scattered during the last backward pass ----------
+
+OVERLAP = "moe-overlap"
+
+
+def test_overlap_buckets_collide_with_the_all_to_alls_and_the_send() -> None:
+    """Per 20 s of seed SEED: the classes' in-flight time together on the host. The plain
+    MoE job reduces after its backward: only its last send meets DP there."""
+    window = 20 * SECOND
+    overlap = TrafficModel(OVERLAP, SEED).collectives(0, window)
+    plain = TrafficModel("moe", SEED).collectives(0, window)
+    found = {
+        name: [collision_ns(s, a, b, 0, window) for a, b in ((EP, DP), (PP, DP), (EP, PP))]
+        for name, s in (("overlap", overlap), ("plain", plain))
+    }
+    print({name: [f"{ns / 1e6:.0f} ms" for ns in pairs] for name, pairs in found.items()})
+    ep_dp, pp_dp, _ = found["overlap"]
+    assert ep_dp > 400_000_000 and pp_dp > 50_000_000
+    assert found["plain"][0] == 0 and found["plain"][1] < 20_000_000
+    assert ep_dp > 20 * found["plain"][1]
+
+
+def test_overlap_buckets_go_out_in_the_last_backward_and_the_optimizer_waits() -> None:
+    schedule = TrafficModel(OVERLAP, SEED).collectives(0, 4 * SECOND)
+    iteration = schedule.take(np.arange(int(np.argmax(schedule.collective == ALL_GATHER)) + 1))
+    buckets = np.flatnonzero(iteration.collective == REDUCE_SCATTER)
+    assert len(buckets) == MOE_OVERLAP.gradient_buckets == 2 * MOE_OVERLAP.layers
+    last = MOE_OVERLAP.micro_batches - 1
+    follower = iteration.take(buckets + 1)
+    # Each bucket is issued beside the last backward's next all-to-all, the last beside its
+    # send to the previous stage: it queues on the rails with them.
+    assert follower.class_names() == ["EP"] * 7 + ["PP"]
+    assert follower.collective[-1] == SEND
+    assert np.all((follower.micro_batch == last) & (follower.forward == 0))
+    assert np.all(follower.issue_ns - iteration.issue_ns[buckets] == MIN_GAP_NS)
+    assert np.all(iteration.end_ns[buckets] > follower.issue_ns)  # in flight together
+    # The last backward issues them: no bucket before its first all-to-all.
+    first = np.flatnonzero((iteration.micro_batch == last) & (iteration.forward == 0))[0]
+    assert buckets[0] > first
+    # The optimizer waits for every bucket before its shard is all-gathered.
+    assert iteration.end_ns[buckets].max() < iteration.issue_ns[-1]
+
+
+def test_overlap_keeps_the_wire_resolvable_and_the_fifteen_second_mean_low() -> None:
+    plan = plan_iteration(MOE_OVERLAP, np.random.default_rng((SEED, 3)), 0, checkpoint=False)
+    for items in plan.channels[: 2 * TRAINING_PORTS]:
+        assert np.all(items.end_ns - items.start_ns >= MIN_BURST_NS)
+        gaps = items.start_ns[1:] - items.end_ns[:-1]
+        assert np.all((gaps == 0) | (gaps >= MIN_GAP_NS))  # FIFO, and each gap seen at 1 ms
+    model = TrafficModel(OVERLAP, SEED)
+    edges = np.arange(0, 8 * 15 * SECOND + 1, 15 * SECOND)
+    for values in model.counters_at(edges):
+        means = np.diff(values[:TRAINING_PORTS]) / (PORTS[0].bytes_per_ns * 15 * SECOND)
+        assert means.min() > 0.15 and means.max() < 0.25
+
+
+def test_overlap_bursts_are_found_by_a_1ms_sampler() -> None:
+    seconds = 20
+    model = TrafficModel(OVERLAP, SEED)
+    schedule = TrafficModel(OVERLAP, SEED).schedule(0, seconds * SECOND)
+    ticks = np.arange(0, seconds * SECOND + 1, 1_000_000) + 400_000
+    xmit, rcv = model.counters_at(ticks)
+    for port in range(TRAINING_PORTS):
+        for direction, values in enumerate((xmit, rcv)):
+            _, bursts = analyze(ticks, values[port], PORTS[port].line_rate_bytes_per_second)
+            truth = schedule.select(port, direction)
+            inside = (truth.start_ns > ticks[0]) & (truth.end_ns < ticks[-1])
+            found = (bursts.start_ns > ticks[0]) & (bursts.end_ns < ticks[-1])
+            assert found.sum() == inside.sum() > 100
+
+
+# --- The job table of a node written with --collectives --------------------------------------
+
+
+def test_the_job_table_holds_the_rails_for_compute_and_the_storage_nic(trace: Path) -> None:
+    contents = read_job_log(trace)
+    assert contents.problems == ()
+    start = wall_offset(HOST)  # the job's first iteration begins at model time 0
+    job = simulated_job(SEED, 0, MOE.name, start)
+    holdings = [
+        {"job_id": job.job_id, "device": p.device, "port": 1, "role": role,
+         "rule": "whole_node", "start_ns": start}
+        for p, role in zip(PORTS, [COMPUTE] * TRAINING_PORTS + [STORAGE], strict=True)
+    ]  # fmt: skip
+    expected = {"job_id": job.job_id, "scheduler": "slurm", "user": job.user,
+                "name": "moe-pretrain", "step": "", "nodes": "", "start_time": start / 1e9,
+                "namespace": "", "pod": ""}  # fmt: skip
+    assert (trace / JOBS_FILE).read_text() == encode_state(start, [expected], holdings)
+    assert [(s.device, s.role, s.start_ns, s.end_ns) for s in contents.spans] == [
+        (h["device"], h["role"], start, None) for h in holdings
+    ]
+
+
+def test_report_groups_the_simulated_node_by_its_job(
+    trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", str(trace), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    (job,) = document["jobs"]
+    assert job["job_id"] == simulated_job(SEED, 0, "", 0).job_id and job["end_ns"] is None
+    roles = {p["device"]: p["role"] for p in job["ports"]}
+    assert roles == {f"mlx5_{i}": COMPUTE for i in range(8)} | {"mlx5_8": STORAGE}
+    (collectives,) = document["collectives"]
+    assert collectives["ports"] and not any("mlx5_8" in p for p in collectives["ports"])
+    assert main(["report", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "jobs: each job's ports" in out and "moe-pretrain" in out
+
+
+def test_idle_heavy_jobs_begin_and_end_around_their_collectives(tmp_path: Path) -> None:
+    """Every collective of job k lies inside job k's holdings; the table is empty while
+    the fabric idles between jobs."""
+    seconds = 900
+    offset = wall_offset(HOST, 0)
+    scheduler = SimulatedScheduler(tmp_path, HOST, 0, offset)
+    info = TraceInfo(10_000_000, "sim:idle-heavy", HOST, 0)
+    simulate_trace(TrafficModel("idle-heavy", 0), TraceWriter(tmp_path, info=info),
+                   seconds * SECOND, 10_000_000, scheduler=scheduler)  # fmt: skip
+    contents = read_job_log(tmp_path)
+    assert contents.problems == ()
+    states, _ = read_states(tmp_path)
+    assert [len(s.jobs) for s in states] == [1, 0] * (len(states) // 2) and len(states) >= 4
+    truth = TrafficModel("idle-heavy", 0).collectives(0, seconds * SECOND)
+    spans = {s.job.job_id: s for s in contents.spans if s.device == "mlx5_0"}
+    assert len(spans) == scheduler.jobs == len(set(truth.job.tolist())) >= 2
+    for number in sorted(set(truth.job.tolist())):
+        span = spans[simulated_job(0, number, "", 0).job_id]
+        mine = truth.take(truth.job == number)
+        assert span.start_ns <= int(mine.issue_ns.min()) + offset
+        assert span.end_ns is None or int(mine.end_ns.max()) + offset <= span.end_ns
+    ordered = sorted(spans.values(), key=lambda s: s.start_ns)
+    assert all(a.end_ns is not None and a.end_ns < b.start_ns
+               for a, b in itertools.pairwise(ordered))  # fmt: skip
