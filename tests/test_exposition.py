@@ -110,9 +110,11 @@ def test_every_help_family_is_declared_once(fixture_scrape: str) -> None:
     # Recording families appear only when the agent records; refused readings only once a
     # file returned something no counter can hold; the finest honest interval once the
     # sampler's first 2 s are judged (tests/test_probe.py); job families only while a job
-    # runs (tests/test_jobs_*.py).
+    # runs (tests/test_jobs_*.py); collective families with a dump directory
+    # (tests/test_collectives_agent.py).
     conditional = (
         "burstscope_job_",
+        "burstscope_collective_",
         "burstscope_mqtt_",
         "burstscope_recording_",
         "burstscope_port_refused_",
