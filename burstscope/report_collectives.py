@@ -285,6 +285,7 @@ class ClassRow:
     bursts: int
     line_rate_bytes_per_second: int
     records: int
+    rules: tuple[str, ...]  # how the records' classes were decided (collective_classes rules)
     sampled_share: float | None  # Inspector records / operations that ran
     bus_bandwidth_gbs: float | None  # NCCL's median
 
@@ -426,6 +427,7 @@ def _row(
         bursts=bursts,
         line_rate_bytes_per_second=rate,
         records=sum(f.records for f in figures),
+        rules=tuple(dict.fromkeys(rule for f in figures for rule in f.rules)),
         sampled_share=min(inspector / operations, 1.0) if operations else None,
         bus_bandwidth_gbs=float(np.median(bandwidths)) if bandwidths else None,
     )

@@ -45,6 +45,7 @@ def _row_json(row: ClassRow) -> dict[str, Any]:
         "peak_gbytes_per_second": _round(row.peak_gbs),
         "nccl_bus_bandwidth_gbytes_per_second": _round(row.bus_bandwidth_gbs),
         "records": row.records,
+        "rules": list(row.rules),
         "sampled_share": _round(row.sampled_share),
     }
 
@@ -190,6 +191,13 @@ def _print_one(report: CollectiveReport, console: Console) -> None:
         report.classes,
     )
     _class_table(console, "by collective", report.collectives)
+    decided = "; ".join(
+        f"{escape(row.name)} {row.kind or 'no class'} by {', '.join(row.rules)}"
+        for row in report.collectives
+        if row.rules
+    )
+    if decided:
+        console.print(f"classes decided: {decided}", highlight=False)
     columns = [
         _Column("pair", 0),
         _Column("saturated", 0),
