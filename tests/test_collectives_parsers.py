@@ -538,3 +538,58 @@ def test_classes_of_the_fixtures() -> None:
         ("PP", classes.INFERRED_SEND_RECV),
         ("DP", classes.INFERRED_LARGEST_GROUP),
     ]
+
+
+@pytest.mark.parametrize("name", ["inspector-plain", "inspector-verbose"])
+def test_the_agents_lean_reader_gives_each_records_span_fields(name: str) -> None:
+    """SpanReader (the agent's) and InspectorReader (the report's) on the same file: the
+    same records, skips and spans (the earliest kernel start, the latest stop)."""
+    from burstscope.collector.collectives.join import kernel_span_us
+    from burstscope.collector.collectives.nccl_inspector import SpanReader
+
+    records, whole = _read_whole(HERE / f"{name}.log", hostname=HOST)
+    lean_reader = SpanReader(HERE / f"{name}.log", hostname=HOST)
+    lean = []
+    while True:
+        lean.extend(lean_reader.read())
+        if lean_reader.caught_up:
+            break
+    lean_reader.finish()
+    assert lean_reader.skipped == whole.skipped
+    assert len(lean) == len(records) > 0
+    for full, span in zip(records, lean, strict=True):
+        times = kernel_span_us(full) if full.kernel_channels is not None else None
+        assert (span.start_us, span.stop_us) == (times or (None, None))
+        assert (span.hostname, span.communicator_id, span.communicator_name) == (
+            full.hostname,
+            full.communicator_id,
+            full.communicator_name,
+        )
+        assert (span.n_ranks, span.nnodes, span.collective) == (
+            full.n_ranks,
+            full.nnodes,
+            full.collective,
+        )
+
+
+@pytest.mark.parametrize(
+    ("text", "cap", "kept", "kinds"),
+    [case[1:] for case in BAD_INPUTS if case[0] != "a field of the wrong type"],
+    ids=[case[0] for case in BAD_INPUTS if case[0] != "a field of the wrong type"],
+)
+def test_the_agents_lean_reader_skips_bad_input_alike(
+    tmp_path: Path, text: bytes, cap: int | None, kept: list[int], kinds: list[str]
+) -> None:
+    from burstscope.collector.collectives.nccl_inspector import SpanReader
+
+    path = tmp_path / "dump.log"
+    path.write_bytes(text)
+    reader = SpanReader(path) if cap is None else SpanReader(path, max_object_bytes=cap)
+    found = []
+    while True:
+        found.extend(reader.read())
+        if reader.caught_up:
+            break
+    reader.finish()
+    assert len(found) == len(kept)
+    assert reader.skipped == Counter(kinds)

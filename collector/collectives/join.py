@@ -109,7 +109,7 @@ def kernel_communication(kernel: NcclKernel) -> Communication:
     return Communication(meta.collective, None, names, meta.group_size, None)
 
 
-def _span_us(record: InspectorRecord) -> tuple[int, int] | None:
+def kernel_span_us(record: InspectorRecord) -> tuple[int, int] | None:
     channels = record.kernel_channels or ()
     starts = [c.start_us for c in channels if c.start_us is not None]
     stops = [c.stop_us for c in channels if c.stop_us is not None]
@@ -182,7 +182,7 @@ def collective_log(
         if record.kernel_channels is None and record.start_us is None:
             unplaced += 1
             continue
-        span = _span_us(record)
+        span = kernel_span_us(record)
         if span is None:
             lost[BAD_SPAN] += 1
             continue

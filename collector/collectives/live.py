@@ -18,7 +18,7 @@ analyzer's own decision (a saturated sample inside a 15 s window whose mean stay
 busy): each closed coarse window says whether it was quiet, and its labelled saturated time
 goes to the hidden totals of its classes once both are known.
 
-Memory is bounded: spans are kept as three integers each for ``horizon_ns`` (30 s) and
+Memory is bounded: spans are kept as three integers each for ``horizon_ns`` (10 s) and
 forgotten after, samples and bursts for the label delay. Spans of one class, collective and
 rule that overlap are merged before labelling: the class sets, collectives and rules that
 come out are the same, and the many ranks of one host that record the same collective cost
@@ -37,12 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from burstscope.collector.collectives.join import INSPECTOR, _span_us, inspector_communication
+from burstscope.collector.collectives.join import INSPECTOR
 from burstscope.collector.collectives.nccl_inspector import (
     MALFORMED,
     OVERSIZED,
     TRUNCATED,
-    InspectorRecord,
+    SpanRecord,
 )
 from burstscope.collector.collectives.tail import OTHER_HOST, DumpDirectoryTail
 from burstscope.detectors.analyzer import Chunk
@@ -70,12 +70,15 @@ from burstscope.detectors.config import Thresholds, scale_key
 _LOG = logging.getLogger(__name__)
 SECOND_NS = 1_000_000_000
 DEFAULT_LABEL_DELAY_NS = 2 * SECOND_NS
-DEFAULT_HORIZON_NS = 30 * SECOND_NS
+# Spans are kept this long: labels settle 2 s after the fact, and a burst's tag needs the
+# spans of its whole length (a burst longer than this loses its earliest collectives).
+DEFAULT_HORIZON_NS = 10 * SECOND_NS
 NONE = "none"  # no span covers the sample
 CLASSES = ("EP", "PP", "DP", "other", NONE)
 _CLASS_BITS = (EP, PP, DP, OTHER)
 _BIT_OF = dict(zip(CLASSES, _CLASS_BITS, strict=False))
 PAIR_NAMES = tuple(f"{a}-{b}" for a, b in PAIRS)
+_EMPTY = np.empty(0, dtype=np.int64)
 _PAIR_BITS = tuple(class_bit(a) | class_bit(b) for a, b in PAIRS)
 # What a record can be skipped for here, beyond the reader's skips: no time of its own (a
 # plain dump, without NCCL_INSPECTOR_DUMP_VERBOSE=1), a stop before its start.
@@ -159,47 +162,81 @@ class SpanStore:
         self._classes: dict[tuple[Any, ...], int] = {}  # communication -> key id
         self._communications: dict[tuple[Any, ...], Communication] = {}
         self._largest: tuple[int, int | None] | None = None
-        self._chunks: list[tuple[I64, I64, I64]] = []  # (starts, ends, key ids) per add
+        # Every span kept, sorted by start: a poll's spans are merged in (they mostly start
+        # after those kept: a copy, no sort of the whole), a forget cuts the old ones off.
+        self._starts = _EMPTY
+        self._ends = _EMPTY
+        self._ids = _EMPTY
+        self._longest = 0  # the longest span kept (bounds how far back an overlap starts)
+        self._forgotten_at = 0
+        # (communicator id, collective) -> key id: the lookup of all but a record's first.
+        self._by_identity: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self.placed = 0
         self.skipped: dict[str, int] = {UNPLACED: 0, BAD_TIMES: 0}
 
-    def add(self, records: Sequence[InspectorRecord]) -> None:
+    def add(self, records: Sequence[SpanRecord]) -> None:
         """Records as spans (verbose ones; the others counted as skipped)."""
         starts: list[int] = []
         ends: list[int] = []
         ids: list[int] = []
+        key_ids = self._by_identity
         for record in records:
-            if record.kernel_channels is None and record.start_us is None:
-                self.skipped[UNPLACED] += 1
+            start, stop = record.start_us, record.stop_us
+            if start is None or stop is None:
+                self.skipped[UNPLACED if start is None and stop is None else BAD_TIMES] += 1
                 continue
-            span = _span_us(record)
-            if span is None:
+            if stop < start:
                 self.skipped[BAD_TIMES] += 1
                 continue
-            starts.append(span[0])
+            starts.append(start)
             # A stop in the same microsecond as the start still covers it (join.py's rule).
-            ends.append(max(span[1], span[0] + 1))
-            ids.append(self._key_id(record))
+            ends.append(max(stop, start + 1))
+            key_id = key_ids.get((record.communicator_id, record.collective))
+            ids.append(self._key_id(record) if key_id is None else key_id)
         if not starts:
             return
         self.placed += len(starts)
-        chunk = (
-            np.array(starts, dtype=np.int64) * 1000 + self.offset_ns,
-            np.array(ends, dtype=np.int64) * 1000 + self.offset_ns,
-            np.array(ids, dtype=np.int64),
-        )
+        new_starts = np.array(starts, dtype=np.int64) * 1000 + self.offset_ns
+        new_ends = np.array(ends, dtype=np.int64) * 1000 + self.offset_ns
+        new_ids = np.array(ids, dtype=np.int64)
         with self._lock:
-            self._chunks.append(chunk)
+            starts_all = np.concatenate((self._starts, new_starts))
+            ends_all = np.concatenate((self._ends, new_ends))
+            ids_all = np.concatenate((self._ids, new_ids))
+            # Only the part from the earliest new start on can be out of order.
+            first = int(np.searchsorted(self._starts, int(new_starts.min()), side="right"))
+            order = first + np.argsort(starts_all[first:], kind="stable")
+            starts_all[first:], ends_all[first:], ids_all[first:] = (
+                starts_all[order],
+                ends_all[order],
+                ids_all[order],
+            )
+            self._starts, self._ends, self._ids = starts_all, ends_all, ids_all
+            self._longest = max(self._longest, int((new_ends - new_starts).max()))
 
     def forget(self, now_ns: int) -> None:
-        """Drop the spans that ended more than the horizon ago (whole adds at a time)."""
+        """Drop the spans that ended more than the horizon ago (at most once a second)."""
+        if now_ns - self._forgotten_at < SECOND_NS:
+            return
+        self._forgotten_at = now_ns
         oldest = now_ns - self.horizon_ns
         with self._lock:
-            self._chunks = [c for c in self._chunks if int(c[1].max()) >= oldest]
+            keep = self._ends >= oldest
+            if not keep.all():
+                self._starts, self._ends, self._ids = (
+                    self._starts[keep],
+                    self._ends[keep],
+                    self._ids[keep],
+                )
+                lengths = self._ends - self._starts
+                self._longest = int(lengths.max()) if lengths.size else 0
 
-    def _key_id(self, record: InspectorRecord) -> int:
-        communication = inspector_communication(record)
+    def _key_id(self, record: SpanRecord) -> int:
+        names = (record.communicator_name,) if record.communicator_name else ()
+        communication = Communication(
+            record.collective, record.communicator_id, names, record.n_ranks, record.nnodes
+        )
         identity = (
             communication.collective,
             communication.communicator,
@@ -209,6 +246,7 @@ class SpanStore:
         )
         found = self._classes.get(identity)
         if found is not None:
+            self._by_identity[(record.communicator_id, record.collective)] = found
             return found
         # The largest group is inferred over every communication seen so far; a new largest
         # one reclassifies what follows (classify's rule 3, taken over the live records).
@@ -219,6 +257,7 @@ class SpanStore:
         if largest != self._largest:
             self._largest = largest
             self._classes.clear()
+            self._by_identity.clear()
         decided: Classification = classify_one(communication, self.mapping, largest)
         name = canonical_collective(record.collective) or record.collective
         key = (decided.kind, name, decided.rule)
@@ -227,16 +266,20 @@ class SpanStore:
             key_id = self._key_ids[key] = len(self.keys)
             self.keys.append(key)
         self._classes[identity] = key_id
+        # A communicator's id and collective name stand for the whole identity from now on
+        # (the same communicator does not change its size or name): one lookup per record.
+        self._by_identity[(record.communicator_id, record.collective)] = key_id
         return key_id
 
     def _overlapping(self, lo_ns: int, hi_ns: int) -> tuple[I64, I64, I64]:
         with self._lock:
-            chunks = list(self._chunks)
-        if not chunks:
-            empty = np.empty(0, dtype=np.int64)
-            return empty, empty, empty
-        starts, ends, ids = (np.concatenate(column) for column in zip(*chunks, strict=True))
-        chosen = (starts < hi_ns) & (ends > lo_ns)
+            starts, ends, ids, longest = self._starts, self._ends, self._ids, self._longest
+        # Those overlapping start before hi and at most the longest span before lo: a binary
+        # search each, then only those few are compared.
+        first = int(np.searchsorted(starts, lo_ns - longest, side="left"))
+        last = int(np.searchsorted(starts, hi_ns, side="left"))
+        starts, ends, ids = starts[first:last], ends[first:last], ids[first:last]
+        chosen = ends > lo_ns
         return starts[chosen], ends[chosen], ids[chosen]
 
     def index(self, lo_ns: int, hi_ns: int) -> SpanIndex:
@@ -432,9 +475,6 @@ class CollectiveLabels:
         )
 
 
-_EMPTY = np.empty(0, dtype=np.int64)
-
-
 def _columns(parts: list[tuple[I64, I64, I64]]) -> tuple[I64, I64, I64]:
     if not parts:
         return _EMPTY, _EMPTY, _EMPTY
@@ -442,13 +482,25 @@ def _columns(parts: list[tuple[I64, I64, I64]]) -> tuple[I64, I64, I64]:
     return start, end, size
 
 
+# Per class set (a mask, 0-15) x class (CLASSES order): 1 where the set holds the class, and
+# for "none" where the set is empty.
+_IN_CLASS = np.array(
+    [
+        [1 if mask & bit else 0 for bit in _CLASS_BITS] + [1 if mask == 0 else 0]
+        for mask in range(16)
+    ],
+    dtype=np.int64,
+)
+
+
 def _by_class(masks: np.ndarray[Any, np.dtype[np.uint8]], amounts: I64) -> I64:
     """Per class (CLASSES order): the amounts of the samples under it; none: under no span."""
-    out = np.zeros(len(CLASSES), dtype=np.int64)
-    for position, bit in enumerate(_CLASS_BITS):
-        out[position] = int(amounts[(masks & bit) != 0].sum())
-    out[-1] = int(amounts[masks == 0].sum())
-    return out
+    if not masks.size:
+        return np.zeros(len(CLASSES), dtype=np.int64)
+    # Sums per class set in one pass (exact: float64 holds integers to 2**53), then per class.
+    per_mask = np.bincount(masks, weights=amounts, minlength=16).astype(np.int64)
+    result: I64 = per_mask @ _IN_CLASS
+    return result
 
 
 class CollectiveTail:

@@ -10,11 +10,11 @@ delete them while they are read: a file that vanishes is dropped with its reader
 appears gets one, and a directory that does not exist yet is looked for again at every poll
 (the job makes it when it starts).
 
-Memory is bounded: each file's reader holds at most one incomplete object
-(``InspectorReader``), at most ``max_files`` files are tailed at once, and a poll takes at
-most ``poll_bytes`` from each. Records are handed to the caller and not kept. Nothing here
-raises on what it reads: bad objects are the readers' counted skips (by kind), unreadable
-directories and files are said once in the log.
+Memory is bounded: each file's reader (``SpanReader``: each record as the fields of its span)
+holds at most one incomplete object, at most ``max_files`` files are tailed at once, and a
+poll takes at most ``poll_bytes`` from each. Records are handed to the caller and not kept.
+Nothing here raises on what it reads: bad objects are the readers' counted skips (by kind),
+unreadable directories and files are said once in the log.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from pathlib import Path
 
 from burstscope.collector.collectives.nccl_inspector import (
     DEFAULT_READ_BYTES,
-    InspectorReader,
-    InspectorRecord,
+    SpanReader,
+    SpanRecord,
     same_host,
 )
 
@@ -65,7 +65,7 @@ class DumpDirectoryTail:
         self.max_files = max_files
         self.poll_bytes = poll_bytes
         self.records = 0  # this host's records read
-        self._readers: dict[Path, InspectorReader] = {}
+        self._readers: dict[Path, SpanReader] = {}
         # Skips of readers already dropped (their file vanished), so totals never go down.
         self._gone: Counter[str] = Counter()
         self._said: set[str] = set()
@@ -85,10 +85,10 @@ class DumpDirectoryTail:
             total[OTHER_HOST] += reader.other_host
         return total
 
-    def poll(self) -> list[InspectorRecord]:
+    def poll(self) -> list[SpanRecord]:
         """This host's records completed since the last poll, file by file."""
         self._follow()
-        out: list[InspectorRecord] = []
+        out: list[SpanRecord] = []
         for reader in list(self._readers.values()):
             taken = 0
             while taken < self.poll_bytes:
@@ -124,7 +124,7 @@ class DumpDirectoryTail:
                 )
                 break
             _LOG.info("tailing NCCL Inspector dump %s", path)
-            self._readers[path] = InspectorReader(
+            self._readers[path] = SpanReader(
                 path, self.hostname, read_bytes=min(self.poll_bytes, DEFAULT_READ_BYTES)
             )
 
