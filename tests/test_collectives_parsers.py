@@ -593,3 +593,39 @@ def test_the_agents_lean_reader_skips_bad_input_alike(
     reader.finish()
     assert len(found) == len(kept)
     assert reader.skipped == Counter(kinds)
+
+
+def _span_split_read(text: bytes, cuts: list[int], read_bytes: int) -> tuple[Any, ...]:
+    """The agent's reader, the file appended in pieces cut at ``cuts``."""
+    from burstscope.collector.collectives.nccl_inspector import SpanReader
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "dump.log"
+        path.write_bytes(b"")
+        reader = SpanReader(path, hostname=HOST, read_bytes=read_bytes)
+        records = []
+        for lo, hi in itertools.pairwise([0, *sorted(set(cuts)), len(text)]):
+            with path.open("ab") as file:
+                file.write(text[lo:hi])
+            records += reader.read()
+            while not reader.caught_up:
+                records += reader.read()
+        reader.finish()
+        return records, reader.records, reader.other_host, dict(sorted(reader.skipped.items()))
+
+
+BAD_TEXT = b"".join(case[1] for case in BAD_INPUTS if case[2] is None)
+
+
+@pytest.mark.parametrize("name", ["inspector-plain", "inspector-verbose", "bad"])
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_the_agents_reader_gives_the_same_spans_however_the_file_grew(
+    name: str, data: st.DataObject
+) -> None:
+    """Its one-call decoding of whole lines and the general path agree: any appends, any
+    read size, the same spans and counts as reading the file at once."""
+    text = BAD_TEXT if name == "bad" else (HERE / f"{name}.log").read_bytes()
+    cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=25), label="cuts")
+    read_bytes = data.draw(st.sampled_from([1, 7, 64, 1000, 1 << 20]), label="read_bytes")
+    assert _span_split_read(text, cuts, read_bytes) == _span_split_read(text, [], 1 << 20)

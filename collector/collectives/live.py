@@ -7,7 +7,7 @@ closed bursts wait here until ``label_delay_ns`` has passed since they ended, an
 labelled with the spans known by then (detectors/collective_join.SpanIndex: a sample's class
 set is the OR of the classes of the spans overlapping it). A collective still running when
 its sample is labelled, or dumped later than the delay, is missed: that sample counts as
-``none``. The default, 2 s, covers a dump interval of up to 1.5 s, the tail's 0.25 s poll and
+``none``. The default, 2 s, covers a dump interval of up to 1.25 s, the tail's 0.5 s poll and
 the pipeline's drain; a longer dump interval needs a longer delay (``[collectives]
 label_delay``), and every burst event waits that long too.
 
@@ -85,8 +85,9 @@ _PAIR_BITS = tuple(class_bit(a) | class_bit(b) for a, b in PAIRS)
 UNPLACED = "unplaced"
 BAD_TIMES = "bad_span"
 SKIP_KINDS = (MALFORMED, OVERSIZED, TRUNCATED, OTHER_HOST, UNPLACED, BAD_TIMES)
-# How often the tail reads its files and the labels settle: a quarter of the default delay.
-POLL_SECONDS = 0.25
+# How often the tail reads its files and the labels settle.
+# Each poll has a cost of its own (a directory scan, a settle): twice a second, not more.
+POLL_SECONDS = 0.5
 # Distinct communications kept for the largest-group inference; a job that builds
 # communicators without end (a restart loop) starts the inference afresh past this.
 _MAX_COMMUNICATIONS = 4096
@@ -335,14 +336,12 @@ class CollectiveFigures:
 
 
 class _Direction:
-    """One port direction's samples and bursts waiting for their labels."""
+    """One port direction's coarse windows: labelled saturated time, and whether quiet."""
 
-    __slots__ = ("bursts", "decisions", "high", "last_ns", "low", "windows")
+    __slots__ = ("decisions", "last_ns", "number", "windows")
 
-    def __init__(self) -> None:
-        self.low: list[I64] = []  # saturated samples (lo, hi]
-        self.high: list[I64] = []
-        self.bursts: list[tuple[I64, I64, I64]] = []  # start, end, bytes
+    def __init__(self, number: int) -> None:
+        self.number = number  # its place among the directions, in the shared queues
         self.decisions: dict[int, bool] = {}  # closed coarse window end -> was it quiet
         self.windows: dict[int, np.ndarray[Any, np.dtype[np.int64]]] = {}  # end -> ns by class
         self.last_ns: int | None = None
@@ -360,6 +359,12 @@ class CollectiveLabels:
         self.label_delay_ns = label_delay_ns
         self._lock = threading.Lock()
         self._directions: dict[DirectionKey, _Direction] = {}
+        # Every direction's saturated samples (lo, hi], their direction's number, and closed
+        # bursts (start, end, bytes), waiting for their labels.
+        self._low: list[I64] = []
+        self._high: list[I64] = []
+        self._owner: list[I64] = []
+        self._bursts: list[tuple[I64, I64, I64]] = []
         self._saturated = np.zeros(len(CLASSES), dtype=np.int64)
         self._hidden = np.zeros(len(CLASSES), dtype=np.int64)
         self._bytes = np.zeros(len(CLASSES), dtype=np.int64)
@@ -375,19 +380,20 @@ class CollectiveLabels:
             self._coarse_ns = thresholds.coarse_window_ns
             waiting = self._directions.get(key)
             if waiting is None:
-                waiting = self._directions[key] = _Direction()
+                waiting = self._directions[key] = _Direction(len(self._directions))
             saturated = chunk.saturated
             if saturated.size:
                 high = stamps[saturated]
                 # A sample's interval starts where the one before it ended.
                 before = stamps[np.maximum(saturated - 1, 0)]
                 first = waiting.last_ns if waiting.last_ns is not None else int(high[0])
-                waiting.low.append(np.where(saturated > 0, before, first))
-                waiting.high.append(high)
+                self._low.append(np.where(saturated > 0, before, first))
+                self._high.append(high)
+                self._owner.append(np.full(high.size, waiting.number, dtype=np.int64))
             waiting.last_ns = int(stamps[-1])
             bursts = chunk.bursts
             if len(bursts.start_ns):
-                waiting.bursts.append(
+                self._bursts.append(
                     (bursts.start_ns.copy(), bursts.end_ns.copy(), bursts.bytes.copy())
                 )
             windows = chunk.windows.get(scale_key(thresholds.coarse_window_ns))
@@ -396,50 +402,62 @@ class CollectiveLabels:
                 waiting.decisions.update(zip(windows.end_ns.tolist(), quiet, strict=True))
 
     def settle(self, now_ns: int) -> None:
-        """Label every sample and burst that ended ``label_delay_ns`` before ``now_ns``."""
+        """Label every sample and burst that ended ``label_delay_ns`` before ``now_ns``.
+
+        The waiting samples of every direction are one queue: a settle is a few array
+        operations whatever the number of ports.
+        """
         cutoff = now_ns - self.label_delay_ns
-        taken: list[tuple[_Direction, I64, I64, tuple[I64, I64, I64]]] = []
         with self._lock:
-            for waiting in self._directions.values():
-                low = np.concatenate(waiting.low) if waiting.low else _EMPTY
-                high = np.concatenate(waiting.high) if waiting.high else _EMPTY
-                taken.append((waiting, low, high, _columns(waiting.bursts)))
-                waiting.low, waiting.high, waiting.bursts = [], [], []
-        starts = [low[high <= cutoff] for _, low, high, _ in taken]
-        starts += [burst[0][burst[1] <= cutoff] for *_, burst in taken]
-        earliest = min((int(s.min()) for s in starts if s.size), default=None)
-        index = None if earliest is None else self.store.index(earliest, cutoff)
+            low, high, owner = (
+                np.concatenate(q) if q else _EMPTY for q in (self._low, self._high, self._owner)
+            )
+            bursts = _columns(self._bursts)
+            self._low, self._high, self._owner, self._bursts = [], [], [], []
+            directions = list(self._directions.values())
+        ready = high <= cutoff
+        done = bursts[1] <= cutoff
+        firsts = [int(low[ready].min())] if ready.any() else []
+        firsts += [int(bursts[0][done].min())] if done.any() else []
+        index = self.store.index(min(firsts), cutoff) if firsts else None
         with self._lock:
-            for waiting, low, high, burst in taken:
-                ready = high <= cutoff
-                if index is not None and ready.any():
-                    self._samples(waiting, low[ready], high[ready], index)
-                if not ready.all():  # before what on_chunk added meanwhile: time order
-                    waiting.low.insert(0, low[~ready])
-                    waiting.high.insert(0, high[~ready])
-                done = burst[1] <= cutoff
-                if index is not None and done.any():
-                    masks = index.masks(burst[0][done], burst[1][done])
-                    self._bytes += _by_class(masks, burst[2][done])
-                if not done.all():
-                    waiting.bursts.insert(0, (burst[0][~done], burst[1][~done], burst[2][~done]))
+            if index is not None:
+                self._label(directions, low[ready], high[ready], owner[ready], index)
+                if done.any():
+                    masks = index.masks(bursts[0][done], bursts[1][done])
+                    self._bytes += _by_class(masks, bursts[2][done])
+            if not ready.all():  # before what on_chunk added meanwhile: time order
+                self._low.insert(0, low[~ready])
+                self._high.insert(0, high[~ready])
+                self._owner.insert(0, owner[~ready])
+            if not done.all():
+                self._bursts.insert(0, (bursts[0][~done], bursts[1][~done], bursts[2][~done]))
+            for waiting in directions:
                 self._settle_windows(waiting, cutoff)
         self.store.forget(now_ns)
 
-    def _samples(self, waiting: _Direction, lo: I64, hi: I64, index: SpanIndex) -> None:
-        masks = index.masks(lo, hi)
+    def _label(
+        self, directions: list[_Direction], lo: I64, hi: I64, owner: I64, index: SpanIndex
+    ) -> None:
+        """Ready samples of every direction, labelled: per class, per pair, per window."""
+        if not lo.size:
+            return
+        masks = index.masks(lo, hi).astype(np.int64)
         held = hi - lo
-        self._saturated += _by_class(masks, held)
-        for position, bits in enumerate(_PAIR_BITS):
-            self._collisions[position] += int(held[(masks & bits) == bits].sum())
-        # By coarse window, for the hidden totals once the window's mean is known; a
-        # sample ending on a boundary belongs to the window that ends there (analyzer.py).
+        total = np.bincount(masks, weights=held, minlength=16).astype(np.int64)
+        self._saturated += total @ _IN_CLASS
+        self._collisions += total @ _IN_PAIR
+        # By direction and coarse window, for the hidden totals once the window's mean is
+        # known; a sample ending on a boundary belongs to the window that ends there.
         length = self._coarse_ns
-        ends = ((hi - 1) // length + 1) * length
-        for end in np.unique(ends).tolist():
-            chosen = ends == end
-            sums = _by_class(masks[chosen], held[chosen])
-            waiting.windows[end] = waiting.windows.get(end, 0) + sums
+        window = (hi - 1) // length + 1  # the window's end, in windows
+        keys, place = np.unique(window * len(directions) + owner, return_inverse=True)
+        sums = np.bincount(place * 16 + masks, weights=held, minlength=keys.size * 16)
+        per_key = sums.astype(np.int64).reshape(keys.size, 16) @ _IN_CLASS
+        for key, row in zip(keys.tolist(), per_key, strict=True):
+            end, number = divmod(key, len(directions))
+            waiting = directions[number]
+            waiting.windows[end * length] = waiting.windows.get(end * length, 0) + row
 
     def _settle_windows(self, waiting: _Direction, cutoff: int) -> None:
         """Windows whose samples are all labelled and whose mean is known: quiet ones add
@@ -489,6 +507,13 @@ _IN_CLASS = np.array(
         [1 if mask & bit else 0 for bit in _CLASS_BITS] + [1 if mask == 0 else 0]
         for mask in range(16)
     ],
+    dtype=np.int64,
+)
+
+
+# Per class set x pair (PAIRS order): 1 where the set holds both classes of the pair.
+_IN_PAIR = np.array(
+    [[1 if mask & bits == bits else 0 for bits in _PAIR_BITS] for mask in range(16)],
     dtype=np.int64,
 )
 

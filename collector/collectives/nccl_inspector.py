@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-import orjson
+import msgspec
 
 _LOG = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ TRUNCATED = "truncated"  # cut at the end of the file when the reader was told i
 
 _BOUNDARY = b"\n{"  # an object starts at the beginning of a line
 _DECODER = json.JSONDecoder()
-_loads: Callable[[bytes | str], Any] = orjson.loads
+_loads: Callable[[bytes | str], Any] = msgspec.json.decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,10 +416,10 @@ class _Reader(Generic[R]):
             self._skip(OVERSIZED, f"an object of {len(chunk)} bytes")
             return
         try:
-            # The usual object, fast: orjson takes bytes, checks UTF-8 and refuses anything
+            # The usual object, fast: msgspec takes bytes, checks UTF-8 and refuses anything
             # after the object, so an object it takes is one the standard path takes too.
             fast = _loads(chunk)
-        except orjson.JSONDecodeError:
+        except msgspec.DecodeError:
             pass  # judged below, with the standard library's reasons
         else:
             try:
@@ -501,11 +501,140 @@ class InspectorReader(_Reader[InspectorRecord]):
         return parse_record(document)
 
 
+class _Header(msgspec.Struct, gc=False):
+    id: str
+    rank: int
+    n_ranks: int
+    nnodes: int
+    comm_name: str | None = None
+
+
+class _Metadata(msgspec.Struct, gc=False):
+    inspector_output_format_version: str
+    hostname: str
+
+
+class _Kernel(msgspec.Struct, gc=False):
+    kernel_start_ts: int
+    kernel_stop_ts: int
+
+
+class _Trace(msgspec.Struct, gc=False):
+    kernel_events: list[_Kernel]
+    coll_start_ts: int | None = None
+    coll_stop_ts: int | None = None
+    p2p_start_ts: int | None = None
+    p2p_stop_ts: int | None = None
+
+
+class _Coll(msgspec.Struct, gc=False):
+    coll: str
+    event_trace_ts: _Trace | None = None
+
+
+class _P2p(msgspec.Struct, gc=False):
+    p2p: str
+    event_trace_ts: _Trace | None = None
+
+
+class _Span(msgspec.Struct, gc=False):
+    """The fields parse_span takes, as msgspec types and checks them (an int is not a bool)."""
+
+    header: _Header
+    metadata: _Metadata
+    coll_perf: _Coll | None = None
+    p2p_perf: _P2p | None = None
+
+
+_SPANS = msgspec.json.Decoder(_Span)
+
+
+def _span_of(typed: _Span) -> SpanRecord:
+    """parse_span's record from a typed one; ValueError for what parse_span refuses."""
+    coll, p2p = typed.coll_perf, typed.p2p_perf
+    if coll is not None and p2p is None:
+        name, trace = coll.coll, coll.event_trace_ts
+    elif p2p is not None and coll is None:
+        name, trace = p2p.p2p, p2p.event_trace_ts
+    else:
+        raise ValueError("needs exactly one of coll_perf and p2p_perf")
+    start = stop = None
+    if trace is not None:
+        own_start = trace.coll_start_ts if coll is not None else trace.p2p_start_ts
+        own_stop = trace.coll_stop_ts if coll is not None else trace.p2p_stop_ts
+        if own_start is None or own_stop is None:
+            raise ValueError("event_trace_ts lacks its start or stop")
+        # The earliest kernel start and the latest stop; 0 is an event that never came.
+        for kernel in trace.kernel_events:
+            began, ended = kernel.kernel_start_ts, kernel.kernel_stop_ts
+            if began and (start is None or began < start):
+                start = began
+            if ended and (stop is None or ended > stop):
+                stop = ended
+        start = start if start is not None else (own_start or None)
+        stop = stop if stop is not None else (own_stop or None)
+    header, metadata = typed.header, typed.metadata
+    return SpanRecord(
+        metadata.hostname,
+        metadata.inspector_output_format_version,
+        header.id,
+        None if header.comm_name in (None, "", "unknown") else header.comm_name,
+        header.n_ranks,
+        header.nnodes,
+        name,
+        start,
+        stop,
+    )
+
+
 class SpanReader(_Reader[SpanRecord]):
-    """A dump file's records as spans (``parse_span``): what the running agent reads."""
+    """A dump file's records as spans (``parse_span``): what the running agent reads.
+
+    The usual read is the new bytes up to the last newline, whole objects one after the
+    other: msgspec decodes them into typed records in one call, taking only a span's fields
+    and checking each as parse_span does. Anything else (an object cut or malformed, bytes
+    between objects, an object too long, a record parse_span refuses) is read again by the
+    general path, which finds object boundaries and counts each skip.
+    """
 
     def _parse(self, document: object) -> SpanRecord:
         return parse_span(document)
+
+    def _feed(self, data: bytes) -> list[SpanRecord]:
+        if self._discarding or not data or not (self._pending or self._after_newline):
+            return super()._feed(data)
+        buffer = self._pending + data
+        cut = buffer.rfind(b"\n") + 1
+        rest = buffer[cut:]
+        if (
+            not cut
+            or not buffer.startswith(b"{")
+            or (rest and not rest.startswith(b"{"))
+            or len(rest) > self.max_object_bytes
+        ):
+            return super()._feed(data)
+        try:
+            # A view: the lines are decoded where they lie, not copied first.
+            typed = _SPANS.decode_lines(memoryview(buffer)[:cut])
+            records = [_span_of(t) for t in typed]
+        except ValueError:  # msgspec's DecodeError and ValidationError too
+            return super()._feed(data)
+        # One object per object start ("{" at a line start), none longer than the cap: as
+        # the general path would have cut them. Compact dumps, the usual, are told by one
+        # object per line and no blank line: two quick scans.
+        compact = buffer.count(b"\n", 0, cut) == len(records) and buffer.find(b"\n\n", 0, cut) < 0
+        if not compact and buffer.count(b"\n{", 0, cut) + 1 != len(records):
+            return super()._feed(data)
+        if cut > self.max_object_bytes and (
+            max(map(len, buffer[:cut].split(b"\n{"))) > self.max_object_bytes
+        ):
+            return super()._feed(data)
+        out: list[SpanRecord] = []
+        for record in records:
+            self._keep(record, out)
+        self._pending = rest
+        self._after_newline = not rest
+        return out
 
 
 def _object(value: object, what: str) -> dict[str, Any]:
