@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import msgspec
+import numpy as np
 
 _LOG = logging.getLogger(__name__)
 
@@ -625,9 +626,7 @@ class SpanReader(_Reader[SpanRecord]):
         compact = buffer.count(b"\n", 0, cut) == len(records) and buffer.find(b"\n\n", 0, cut) < 0
         if not compact and buffer.count(b"\n{", 0, cut) + 1 != len(records):
             return super()._feed(data)
-        if cut > self.max_object_bytes and (
-            max(map(len, buffer[:cut].split(b"\n{"))) > self.max_object_bytes
-        ):
+        if cut > self.max_object_bytes and _longest(buffer, cut, compact) > self.max_object_bytes:
             return super()._feed(data)
         out: list[SpanRecord] = []
         for record in records:
@@ -635,6 +634,15 @@ class SpanReader(_Reader[SpanRecord]):
         self._pending = rest
         self._after_newline = not rest
         return out
+
+
+def _longest(buffer: bytes, cut: int, compact: bool) -> int:
+    """The longest object in ``buffer[:cut]``: of compact lines, the longest line (found
+    from the newlines' places, nothing copied); else cut at every object start."""
+    if not compact:
+        return max(map(len, buffer[:cut].split(b"\n{")))
+    newlines = np.flatnonzero(np.frombuffer(buffer, dtype=np.uint8, count=cut) == ord("\n"))
+    return int(np.diff(newlines, prepend=-1).max())
 
 
 def _object(value: object, what: str) -> dict[str, Any]:
