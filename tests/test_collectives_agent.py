@@ -274,9 +274,7 @@ def test_labels_wait_for_the_delay_and_hidden_time_waits_for_its_window(
     store = SpanStore()
     store.add(
         [
-            parse_span(
-                writer.record(Operation("EP", "All2All", BASE_NS, 0, BASE_NS + 2 * MS, 1))
-            ),
+            parse_span(writer.record(Operation("EP", "All2All", BASE_NS, 0, BASE_NS + 2 * MS, 1))),
             parse_span(
                 writer.record(
                     Operation("DP", "ReduceScatter", BASE_NS + MS, 0, BASE_NS + 10 * MS, 1)
