@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
@@ -33,7 +33,7 @@ from burstscope.collective_labels import (
 from burstscope.collector.config import AgentConfig, ConfigError, load_config, spin_problem
 from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
 from burstscope.collector.exporter import PEAK_WINDOWS, BurstscopeCollector
-from burstscope.collector.http import DEFAULT_LISTEN, HttpError, MetricsServer, TlsConfig
+from burstscope.collector.http import DEFAULT_LISTEN, HttpError, MetricsServer
 from burstscope.collector.intake import AGENT_DRAIN_SECONDS
 from burstscope.collector.mqtt import MqttHandle, MqttSettings, MqttSettingsError, attach_mqtt
 from burstscope.collector.pipeline import Pipeline, wait_for_first_drain
@@ -41,6 +41,12 @@ from burstscope.collector.recording import Recording, Retention
 from burstscope.collector.sampler import SamplerConfig, SamplerError, parse_interval
 from burstscope.collector.sources.base import CounterSource
 from burstscope.collector.trace import DIRECTORY_MODE, TraceError, TraceInfo
+from burstscope.collector.web_config import (
+    WebConfig,
+    WebConfigError,
+    from_tls_flags,
+    load_web_config,
+)
 from burstscope.detectors.config import Thresholds
 from burstscope.errors import UsageError
 from burstscope.logging_journal import setup_logging as setup_journal_logging
@@ -65,7 +71,7 @@ class AgentSettings:
     sampler: SamplerConfig
     thresholds: Thresholds
     listen: str
-    tls: TlsConfig | None
+    web: WebConfig | None  # --web.config.file, or the --tls-* flags as one
     slow_interval_seconds: float
     sysfs_root: str
     mqtt: MqttSettings | None = None  # --mqtt: publish burst and link events
@@ -127,13 +133,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         line_rates,
         ethtool,
     )
-    cert = pick("tls_cert", "listen", "tls_cert", None)
-    key = pick("tls_key", "listen", "tls_key", None)
-    client_ca = pick("tls_client_ca", "listen", "tls_client_ca", None)
-    if (cert is None) != (key is None):
-        raise UsageError("--tls-cert and --tls-key go together")
-    if client_ca is not None and cert is None:
-        raise UsageError("--tls-client-ca needs --tls-cert and --tls-key")
+    web = _web_config(pick)
     thresholds = config.values.get("thresholds", {})
     try:
         chosen = Thresholds(**thresholds)
@@ -152,7 +152,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         ),
         thresholds=chosen,
         listen=pick("listen", "listen", "address", DEFAULT_LISTEN),
-        tls=TlsConfig(cert, key, client_ca) if cert is not None else None,
+        web=web,
         slow_interval_seconds=config.get("source", "slow_interval", 1.0),
         sysfs_root=sysfs_root,
         mqtt=_mqtt_settings(args, config),
@@ -168,6 +168,30 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         jobs=job_settings(config.get, args),
         collectives=collective_settings(config.get, args),
     )
+
+
+def _web_config(pick: Callable[[str, str, str, Any], Any]) -> WebConfig | None:
+    """--web.config.file, or the --tls-* flags (shorthand for its tls_server_config): never
+    both, so no setting of one silently loses to the other."""
+    path = pick("web_config_file", "listen", "web_config_file", None)
+    cert = pick("tls_cert", "listen", "tls_cert", None)
+    key = pick("tls_key", "listen", "tls_key", None)
+    client_ca = pick("tls_client_ca", "listen", "tls_client_ca", None)
+    if path is not None and (cert, key, client_ca) != (None, None, None):
+        raise UsageError(
+            "--web.config.file and --tls-cert/--tls-key/--tls-client-ca exclude each other: "
+            "put the certificate in the web configuration's tls_server_config"
+        )
+    if path is not None:
+        try:
+            return load_web_config(path)
+        except WebConfigError as exc:
+            raise UsageError(str(exc)) from None
+    if (cert is None) != (key is None):
+        raise UsageError("--tls-cert and --tls-key go together")
+    if client_ca is not None and cert is None:
+        raise UsageError("--tls-client-ca needs --tls-cert and --tls-key")
+    return from_tls_flags(cert, key, client_ca) if cert is not None else None
 
 
 def startup_notes(settings: AgentSettings) -> list[str]:
@@ -277,7 +301,12 @@ class Agent:
     def start(self) -> None:
         # Bind first: a port in use is bad input and should fail before sampling starts.
         try:
-            self.server = MetricsServer(self.registry, self.settings.listen, self.settings.tls)
+            self.server = MetricsServer(
+                self.registry,
+                self.settings.listen,
+                self.settings.web,
+                ready=self.pipeline.drained.is_set,  # /-/ready: as systemd's READY=1
+            )
         except HttpError as exc:
             raise UsageError(str(exc)) from None
         self._build_jobs()
@@ -357,7 +386,7 @@ def _restart_only(settings: AgentSettings) -> dict[str, Any]:
         "source.slow_interval": settings.slow_interval_seconds,
         "sampler": (sampler.realtime_priority, sampler.cpu, sampler.spin_ns),
         "listen.address": settings.listen,
-        "listen TLS": settings.tls,
+        "listen TLS and web configuration": settings.web,
         "jobs": settings.jobs,
         "collectives": settings.collectives,
         "recording": (

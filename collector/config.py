@@ -6,7 +6,7 @@ Layout (all tables and keys optional; command-line flags override the file)::
                   ethtool
     [source.line_rates]  DEVICE = GBITS (the data rate of one device's ports)
     [thresholds]  burst, saturated, idle, busy
-    [listen]      address, tls_cert, tls_key, tls_client_ca
+    [listen]      address, tls_cert, tls_key, tls_client_ca, web_config_file
     [sampler]     realtime_priority, cpu, spin
     [mqtt]        url, username, password, ca_file, cert_file, key_file, spool_dir,
                   spool_messages, merge_gap, max_events_per_second
@@ -225,6 +225,8 @@ SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
         "tls_cert": _readable_file,
         "tls_key": _readable_file,
         "tls_client_ca": _readable_file,
+        # exporter-toolkit's web configuration (YAML), instead of the tls_* keys.
+        "web_config_file": _readable_file,
     },
     "sampler": {
         "realtime_priority": _integer(0, 99),
@@ -321,6 +323,11 @@ def parse_config(text: str, path: str = "<config>") -> AgentConfig:
     tls = values.get("listen", {})
     if ("tls_cert" in tls) != ("tls_key" in tls):
         raise ConfigError(f"{path}: listen.tls_cert and listen.tls_key go together")
+    if "web_config_file" in tls and any(key.startswith("tls_") for key in tls):
+        raise ConfigError(
+            f"{path}: listen.web_config_file and listen.tls_* exclude each other: put the "
+            "certificate in the web configuration's tls_server_config"
+        )
     thresholds = values.get("thresholds", {})
     if thresholds.get("idle", 0.01) >= thresholds.get("burst", 0.5):
         raise ConfigError(f"{path}: thresholds.idle must be below thresholds.burst")

@@ -1,7 +1,9 @@
-"""The /metrics endpoint: a router over a shared exposition, optionally with (m)TLS.
+"""The /metrics endpoint and the probes: a router over a shared exposition, behind the web
+configuration (collector/web_config.py: (m)TLS, basic auth, headers, rate limit).
 
 prometheus-client's own ``start_http_server`` answers every path with metrics; an
-exporter should answer 404 for unknown paths, so the app is a small router, served with
+exporter should answer 404 for unknown paths, so the app is a small router (/metrics, /,
+/-/healthy, /-/ready), served with
 the library's threading WSGI server (stdlib socketserver + wsgiref), hardened for a
 node that hundreds of clients and a few bad ones can reach:
 
@@ -34,7 +36,6 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -43,14 +44,29 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import ThreadingWSGIServer, choose_encoder, gzip_accepted
 from prometheus_client.metrics_core import Metric
 
+from burstscope.collector.web_config import (
+    BasicAuth,
+    TokenBucket,
+    WebConfig,
+    WebConfigError,
+    san_allowed,
+    server_context,
+)
+
 # Registered nowhere yet; chosen from the unassigned range of the Prometheus default port
 # allocations wiki so it does not clash with node_exporter (9100) or dcgm-exporter (9400).
 DEFAULT_PORT = 9847
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 
 _INDEX = b"""<html><head><title>burstscope</title></head><body>
-<h1>burstscope</h1><p><a href="/metrics">/metrics</a></p></body></html>
+<h1>burstscope</h1><p><a href="/metrics">/metrics</a></p>
+<p><a href="/-/healthy">/-/healthy</a> <a href="/-/ready">/-/ready</a></p></body></html>
 """
+# Liveness and readiness, as Prometheus and Alertmanager name theirs. They answer without
+# basic auth (and without counting against rate_limit): the kubelet's httpGet probes would
+# otherwise need the password in clear in the pod spec, and all they tell is "serving" and
+# "sampling". TLS still applies: a client certificate the server requires is required here.
+PROBES = ("/-/healthy", "/-/ready")
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
@@ -67,13 +83,6 @@ _BUSY = (
 
 class HttpError(Exception):
     """The endpoint cannot be served: bad address, port in use, unreadable TLS files."""
-
-
-@dataclass(frozen=True, slots=True)
-class TlsConfig:
-    certfile: str
-    keyfile: str
-    client_cafile: str | None = None  # set: clients must present a certificate it signed
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -93,20 +102,6 @@ def parse_listen(text: str) -> tuple[str, int]:
             if host != "localhost":
                 raise HttpError(f"--listen {text!r}: {host!r} is not an IP address") from None
     return host, int(port_text)
-
-
-def tls_context(tls: TlsConfig) -> ssl.SSLContext:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        context.load_cert_chain(tls.certfile, tls.keyfile)
-        if tls.client_cafile is not None:
-            context.load_verify_locations(tls.client_cafile)
-            context.verify_mode = ssl.CERT_REQUIRED
-    except (OSError, ssl.SSLError) as exc:
-        files = ", ".join(f for f in (tls.certfile, tls.keyfile, tls.client_cafile) if f)
-        raise HttpError(f"cannot load TLS files ({files}): {exc}") from None
-    return context
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -194,17 +189,63 @@ def _restricted(family: Metric, names: set[str]) -> Metric | None:
     return restricted
 
 
+class Guard:
+    """What the web configuration puts in front of every path but the probes, in
+    exporter-toolkit's order (web/handler.go): rate limit, headers, basic auth."""
+
+    def __init__(self, web: WebConfig | None) -> None:
+        self.auth = BasicAuth(web.users) if web is not None and web.users else None
+        limit = web.rate_limit if web is not None else None
+        self.limiter = TokenBucket(limit) if limit is not None else None
+        self.headers = list(web.headers) if web is not None else []
+
+    def wrap(
+        self, app: Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+    ) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
+        if self.auth is None and self.limiter is None and not self.headers:
+            return app
+
+        def guarded(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+            if environ.get("PATH_INFO", "") in PROBES:
+                return app(environ, start_response)
+
+            def with_headers(status: str, headers: list[tuple[str, str]]) -> Any:
+                return start_response(status, [*headers, *self.headers])
+
+            if self.limiter is not None and not self.limiter.allow():
+                with_headers("429 Too Many Requests", [("Content-Type", "text/plain")])
+                return [b"too many requests\n"]
+            if self.auth is not None and not self.auth.check(environ.get("HTTP_AUTHORIZATION")):
+                challenge = ("WWW-Authenticate", 'Basic realm="burstscope"')
+                with_headers("401 Unauthorized", [("Content-Type", "text/plain"), challenge])
+                return [b"unauthorized\n"]
+            return app(environ, with_headers)
+
+        return guarded
+
+
 def router(
     registry: CollectorRegistry,
+    ready: Callable[[], bool] | None = None,
+    guard: Guard | None = None,
 ) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
-    exposition = SharedExposition(registry)
+    """The WSGI app: /metrics, the index and the probes, behind ``guard``."""
+    app = _paths(SharedExposition(registry), ready or (lambda: True))
+    return guard.wrap(app) if guard is not None else app
 
+
+def _paths(
+    exposition: SharedExposition, ready: Callable[[], bool]
+) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
+        if path not in ("/metrics", "/", *PROBES):
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"not found: try /metrics\n"]
+        if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
+            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD")])
+            return [b"use GET\n"]
         if path == "/metrics":
-            if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
-                start_response("405 Method Not Allowed", [("Allow", "GET, HEAD")])
-                return [b"use GET\n"]
             params = parse_qs(environ.get("QUERY_STRING", ""))
             compress = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", ""))
             body, content_type = exposition.render(
@@ -218,8 +259,15 @@ def router(
         if path == "/":
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
             return [_INDEX]
-        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-        return [b"not found: try /metrics\n"]
+        text = [("Content-Type", "text/plain; charset=utf-8")]
+        if path == "/-/healthy":
+            start_response("200 OK", text)
+            return [b"burstscope is healthy.\n"]
+        if ready():
+            start_response("200 OK", text)
+            return [b"burstscope is ready.\n"]
+        start_response("503 Service Unavailable", text)
+        return [b"burstscope is not ready: no sample read and exported yet.\n"]
 
     return app
 
@@ -235,6 +283,7 @@ class _HardenedServer(ThreadingWSGIServer):
     request_queue_size = LISTEN_BACKLOG
     daemon_threads = True
     tls: ssl.SSLContext | None = None
+    client_allowed_sans: tuple[str, ...] = ()  # the web config's tls_server_config
     max_connections = MAX_CONNECTIONS
     handshake_seconds = HANDSHAKE_SECONDS
 
@@ -307,6 +356,11 @@ class _HardenedServer(ThreadingWSGIServer):
                     self.failed_handshakes += 1  # silent, slow or not TLS at all
                     self.shutdown_request(request)
                     return
+                allowed = self.client_allowed_sans
+                if allowed and not san_allowed(request.getpeercert() or {}, allowed):
+                    self.failed_handshakes += 1  # verified, but not one of the names allowed
+                    self.shutdown_request(request)
+                    return
                 with self._guard:  # the TLS socket is the one the handler will see
                     if accepted in self._idle:
                         del self._idle[accepted]
@@ -326,21 +380,41 @@ class _HardenedServer(ThreadingWSGIServer):
 
 
 class MetricsServer:
-    """Serves the router in a daemon thread; close() stops it."""
+    """Serves the router in a daemon thread; close() stops it.
+
+    ``web`` is the exporter-toolkit web configuration (TLS, basic auth, headers, rate
+    limit); ``ready`` answers /-/ready (always ready when None).
+    """
 
     def __init__(
-        self, registry: CollectorRegistry, listen: str, tls: TlsConfig | None = None
+        self,
+        registry: CollectorRegistry,
+        listen: str,
+        web: WebConfig | None = None,
+        ready: Callable[[], bool] | None = None,
     ) -> None:
         host, port = parse_listen(listen)
-        context = tls_context(tls) if tls is not None else None
+        context = None
+        if web is not None and web.tls is not None:
+            try:
+                context = server_context(web.tls, web.path or "--tls-cert")
+            except WebConfigError as exc:
+                raise HttpError(str(exc)) from None
 
         class Server(_HardenedServer):
             address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
         Server.tls = context
+        if web is not None and web.tls is not None:
+            Server.client_allowed_sans = web.tls.client_allowed_sans
+        self.guard = Guard(web)
         try:
             self._httpd = make_server(
-                host or "0.0.0.0", port, router(registry), Server, handler_class=_QuietHandler
+                host or "0.0.0.0",
+                port,
+                router(registry, ready, self.guard),
+                Server,
+                handler_class=_QuietHandler,
             )
         except OSError as exc:
             raise HttpError(f"cannot listen on {listen}: {exc.strerror}") from None

@@ -8,6 +8,8 @@
 set -euo pipefail
 need=()
 command -v promtool  >/dev/null 2>&1 || need+=(prometheus)
+# prometheus-alertmanager: Alertmanager and amtool (tests/test_alertmanager.py)
+command -v amtool    >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
 command -v ip        >/dev/null 2>&1 || need+=(iproute2)
 command -v tmux      >/dev/null 2>&1 || need+=(tmux)

@@ -48,7 +48,20 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         "interface, port 0 a free port: the log names the address bound",
     )
     parser.add_argument("--config", metavar="FILE", help="agent configuration (TOML)")
-    parser.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate")
+    parser.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        metavar="FILE",
+        help="exporter-toolkit web configuration (YAML, as node_exporter reads): TLS, client "
+        "certificates, basic_auth_users with bcrypt hashes; instead of the --tls-* flags "
+        "(which are shorthand for its tls_server_config); /-/healthy and /-/ready skip basic auth",
+    )
+    parser.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="serve HTTPS with this certificate (shorthand for a web configuration's "
+        "tls_server_config; not with --web.config.file)",
+    )
     parser.add_argument("--tls-key", metavar="FILE", help="private key of --tls-cert")
     parser.add_argument(
         "--tls-client-ca", metavar="FILE", help="require client certificates signed by this CA"
