@@ -188,6 +188,28 @@ def alertmanager_copy(into: Path, webhook: str) -> Path:
     return path
 
 
+def prometheus_config(into: Path, alertmanager: str, targets: list[str]) -> Path:
+    """Scrape and evaluate every second, send alerts to ``alertmanager``; the scrape job named
+    as the example Prometheus configuration names it, so the rules' selectors work unchanged."""
+    example = yaml.safe_load((PROMETHEUS_FILES / "prometheus.example.yml").read_text())
+    config = {
+        "global": {"scrape_interval": f"{INTERVAL_S}s", "evaluation_interval": f"{INTERVAL_S}s"},
+        "rule_files": rule_copies(into),
+        "alerting": {
+            "alertmanagers": [{"static_configs": [{"targets": [alertmanager.split("//")[1]]}]}]
+        },
+        "scrape_configs": [
+            {
+                "job_name": example["scrape_configs"][0]["job_name"],
+                "static_configs": [{"targets": targets}],
+            }
+        ],
+    }
+    path = into / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
 @dataclass
 class Node:
     """One simulated node: its agent's command line and the address it keeps across restarts."""
@@ -314,35 +336,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         )
         # Prometheus after the agents answer: a target still starting would page as down.
         wait_for(lambda: all(n.ticking() for n in nodes), 60, "three agents ticking", 0.2)
-        # The scrape job as the example Prometheus configuration names it: the rules'
-        # selectors work on it unchanged.
-        example = yaml.safe_load((PROMETHEUS_FILES / "prometheus.example.yml").read_text())
-        job = example["scrape_configs"][0]["job_name"]
-        (tmp / "prometheus.yml").write_text(
-            yaml.safe_dump(
-                {
-                    "global": {
-                        "scrape_interval": f"{INTERVAL_S}s",
-                        "evaluation_interval": f"{INTERVAL_S}s",
-                    },
-                    "rule_files": rule_copies(tmp),
-                    "alerting": {
-                        "alertmanagers": [
-                            {"static_configs": [{"targets": [alertmanager[len("http://") :]]}]}
-                        ]
-                    },
-                    "scrape_configs": [
-                        {
-                            "job_name": job,
-                            "static_configs": [{"targets": [n.instance for n in nodes]}],
-                        }
-                    ],
-                }
-            )
-        )
         prometheus = stack.enter_context(
             simulated_fleet.running_prometheus(
-                prometheus_binary, tmp / "prometheus.yml", tmp / "prometheus-data", free_port()
+                prometheus_binary,
+                prometheus_config(tmp, alertmanager, [n.instance for n in nodes]),
+                tmp / "prometheus-data",
+                free_port(),
             )
         )
 
@@ -429,7 +428,7 @@ def test_saturation_pages_the_saturating_node_only_within_for_and_group_wait(run
         "instance": alert["labels"]["instance"],
     }
     assert alert["annotations"]["runbook_url"] == runbook
-    # The quiet node never even had the alert pending; nobody was paged for it.
+    # The quiet node has no such alert, not even pending, and nobody was paged for it.
     assert alert_of(run.prometheus_alerts, SATURATION, run.quiet) is None
     assert not [n for n in run.notifications if n.about(SATURATION, run.quiet.instance)]
     # From the condition holding (activeAt) to the webhook: for:, the evaluation that sees
