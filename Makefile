@@ -11,6 +11,11 @@ DEMO_ARGS ?= --duration 30
 HTA_VENV  := .venv-hta
 HTA_STAMP := $(HTA_VENV)/.installed-hta
 HTA_VERSION ?= 0.5.0
+# checkov scans the Kubernetes manifests (tests/test_kubernetes_manifests.py), offline with
+# --skip-download, from an environment of its own: its many pins never touch .venv.
+CHECKOV_VENV   := .venv-checkov
+CHECKOV_STAMP  := $(CHECKOV_VENV)/.installed-checkov
+CHECKOV_VERSION ?= 3.3.30
 
 .PHONY: setup demo test bench lint system-packages clean
 
@@ -43,7 +48,13 @@ $(HTA_STAMP):
 		'holistictraceanalysis==$(HTA_VERSION)'
 	touch $@
 
-test: $(ALL_STAMP) $(HTA_STAMP) system-packages
+$(CHECKOV_STAMP):
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		'checkov==$(CHECKOV_VERSION)'
+	touch $@
+
+test: $(ALL_STAMP) $(HTA_STAMP) $(CHECKOV_STAMP) system-packages
 	$(BIN)/python -m pytest -q
 
 # Each benchmark prints one JSON line (sampler: one per configuration) and compares
@@ -63,5 +74,5 @@ lint: $(ALL_STAMP)
 	@for file in bench/*.py; do $(BIN)/mypy $$file >/dev/null || { $(BIN)/mypy $$file; exit 1; }; done
 
 clean:
-	rm -rf $(VENV) $(HTA_VENV) bench/.build build collector/sources/_tick.*.so .pytest_cache \
-		.mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(HTA_VENV) $(CHECKOV_VENV) bench/.build build collector/sources/_tick.*.so \
+		.pytest_cache .mypy_cache .ruff_cache .hypothesis
