@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -31,7 +32,10 @@ from tests.conftest import integration_unavailable, require_binary
 REPOSITORY = Path(__file__).resolve().parent.parent
 KUSTOMIZE = REPOSITORY / "deploy" / "kubernetes"
 OVERLAYS = ["base", "overlays/servicemonitor", "overlays/podmonitor",
-            "overlays/kubelet-socket", "overlays/mqtt"]  # fmt: skip
+            "overlays/kubelet-socket", "overlays/mqtt", "overlays/web-config"]  # fmt: skip
+# The web configuration with a PodMonitor instead: built from a kustomization written by the
+# test, so the component's PodMonitor patch is rendered and checked too.
+POD_MONITOR_WEB = "podmonitor+web-config"
 CHECKOV = REPOSITORY / ".venv-checkov" / "bin" / "checkov"
 NAMESPACE = "burstscope"
 # The findings the DaemonSet keeps on purpose, each with its reason in a checkov.io/skip
@@ -66,6 +70,24 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         assert result.returncode == 0, f"{overlay}: {result.stderr}"
         files[overlay] = directory / (overlay.replace("/", "-") + ".yaml")
         files[overlay].write_text(result.stdout)
+    combined = tmp_path_factory.mktemp("combined")
+    (combined / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                # kustomize takes relative paths only.
+                "resources": [os.path.relpath(KUSTOMIZE / "overlays/podmonitor", combined)],
+                "components": [os.path.relpath(KUSTOMIZE / "components/web-config", combined)],
+            }
+        )
+    )
+    result = subprocess.run(
+        [kubectl, "kustomize", str(combined)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    files[POD_MONITOR_WEB] = directory / "podmonitor-web-config.yaml"
+    files[POD_MONITOR_WEB].write_text(result.stdout)
     return files
 
 
@@ -200,6 +222,8 @@ def test_checkov_finds_nothing_unjustified(rendered: dict[str, Path]) -> None:
         "overlays-podmonitor": JUSTIFIED,
         "overlays-kubelet-socket": JUSTIFIED,
         "overlays-mqtt": JUSTIFIED_WITH_MQTT,
+        "overlays-web-config": JUSTIFIED,
+        "podmonitor-web-config": JUSTIFIED,
     }
 
 
@@ -225,13 +249,13 @@ LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 RELABEL_ACTIONS = {"replace", "keep", "drop", "hashmod", "labelmap", "labeldrop", "labelkeep",
                    "lowercase", "uppercase", "keepequal", "dropequal"}  # fmt: skip
 SCRAPE_ENDPOINT = {
-    "port": "string", "targetPort": "any", "path": "string", "scheme": "any", "params": "any",
+    "port": "string", "targetPort": "any", "path": "string", "scheme": "scheme", "params": "any",
     "interval": "duration", "scrapeTimeout": "duration", "honorLabels": "bool",
     "honorTimestamps": "bool", "trackTimestampsStaleness": "any",
     "metricRelabelings": ["RelabelConfig"], "relabelings": ["RelabelConfig"],
-    "filterRunning": "bool", "authorization": "any", "basicAuth": "any", "oauth2": "any",
+    "filterRunning": "bool", "authorization": "any", "basicAuth": "BasicAuth", "oauth2": "any",
     "bearerTokenSecret": "any", "followRedirects": "bool", "enableHttp2": "bool",
-    "tlsConfig": "any", "proxyUrl": "any", "noProxy": "any", "proxyFromEnvironment": "any",
+    "proxyUrl": "any", "noProxy": "any", "proxyFromEnvironment": "any",
     "proxyConnectHeader": "any",
 }  # fmt: skip
 MONITOR_COMMON = {
@@ -249,8 +273,19 @@ OPERATOR_TYPES: dict[str, dict[str, Any]] = {
     "ServiceMonitorSpec": {**MONITOR_COMMON, "targetLabels": ["string"],
                            "endpoints!": ["Endpoint"], "serviceDiscoveryRole": "any"},
     "PodMonitorSpec": {**MONITOR_COMMON, "podMetricsEndpoints": ["PodMetricsEndpoint"]},
-    "Endpoint": {**SCRAPE_ENDPOINT, "bearerTokenFile": "any"},
-    "PodMetricsEndpoint": {**SCRAPE_ENDPOINT, "portNumber": "int"},
+    "Endpoint": {**SCRAPE_ENDPOINT, "bearerTokenFile": "any", "tlsConfig": "TLSConfig"},
+    "PodMetricsEndpoint": {**SCRAPE_ENDPOINT, "portNumber": "int", "tlsConfig": "SafeTLSConfig"},
+    "SafeTLSConfig": {"ca": "SecretOrConfigMap", "cert": "SecretOrConfigMap",
+                      "keySecret": "SecretKeySelector", "serverName": "string",
+                      "insecureSkipVerify": "bool", "minVersion": "any", "maxVersion": "any"},
+    "TLSConfig": {"ca": "SecretOrConfigMap", "cert": "SecretOrConfigMap",
+                  "keySecret": "SecretKeySelector", "serverName": "string",
+                  "insecureSkipVerify": "bool", "minVersion": "any", "maxVersion": "any",
+                  "caFile": "string", "certFile": "string", "keyFile": "string"},
+    "SecretOrConfigMap": {"secret": "SecretKeySelector", "configMap": "any"},
+    "BasicAuth": {"username": "SecretKeySelector", "password": "SecretKeySelector"},
+    # Kubernetes core/v1 SecretKeySelector.
+    "SecretKeySelector": {"name": "string", "key!": "string", "optional": "bool"},
     "RelabelConfig": {"sourceLabels": ["labelname"], "separator": "string",
                       "targetLabel": "string", "regex": "string", "modulus": "int",
                       "replacement": "string", "action": "relabelaction"},
@@ -288,6 +323,11 @@ def operator_errors(value: Any, kind: Any, where: str) -> Iterator[str]:
     elif kind == "labelname":
         if not isinstance(value, str) or not LABEL_NAME.match(value):
             yield f"{where}: {value!r} is not a label name"
+    elif kind == "scheme":
+        # api.md: "HTTP" and "HTTPS"; the CRD's enum also takes the lower case older
+        # operators required.
+        if value not in ("http", "https", "HTTP", "HTTPS"):
+            yield f"{where}: scheme {value!r} is neither HTTP nor HTTPS"
     elif kind == "relabelaction":
         if str(value).lower() not in RELABEL_ACTIONS:
             yield f"{where}: unknown relabel action {value!r}"
@@ -336,6 +376,7 @@ def test_operator_schema_refuses_what_the_operator_would(rendered: dict[str, Pat
     docs = documents(rendered["overlays/servicemonitor"])
     monitor = one(docs, "ServiceMonitor")
     monitor["spec"]["endpoints"][0]["intervall"] = "15s"
+    monitor["spec"]["endpoints"][0]["scheme"] = "ftp"
     monitor["spec"]["endpoints"][0]["scrapeTimeout"] = "10 seconds"
     monitor["spec"]["endpoints"][0]["relabelings"][0]["action"] = "rename"
     del monitor["spec"]["selector"]
@@ -346,6 +387,7 @@ def test_operator_schema_refuses_what_the_operator_would(rendered: dict[str, Pat
         "spec.endpoints[0].relabelings[0].action: unknown relabel action 'rename'",
         "spec.endpoints[0].scrapeTimeout: '10 seconds' is not a Prometheus duration",
         "spec.endpoints[0].intervall: not a field of Endpoint",
+        "spec.endpoints[0].scheme: scheme 'ftp' is neither HTTP nor HTTPS",
     ]
     assert operator_object_errors(rule) == [
         "spec.groups[0].rules[0]: a rule is either a record or an alert"
@@ -496,3 +538,35 @@ def test_the_mqtt_overlay_keeps_the_spool_on_the_host(rendered: dict[str, Path])
         "--mqtt=mqtts://mqtt.example.org:8883",
         "--mqtt-username=burstscope",
     ]
+
+
+def test_the_web_config_overlays_serve_and_scrape_over_https(rendered: dict[str, Path]) -> None:
+    from burstscope.collector.web_config import parse_web_config
+
+    example = KUSTOMIZE / "components" / "web-config" / "web-config.yml.example"
+    web = parse_web_config(example.read_text(), str(example))
+    assert web.tls is not None and web.users
+    for overlay, monitor_kind, endpoints in [
+        ("overlays/web-config", "ServiceMonitor", "endpoints"),
+        (POD_MONITOR_WEB, "PodMonitor", "podMetricsEndpoints"),
+    ]:
+        docs = documents(rendered[overlay])
+        container = agent_container(docs)
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "web-config")
+        flag = next(a for a in container["args"] if a.startswith("--web.config.file="))
+        # The file and the certificate and key it names all come from the Secret's mount.
+        for path in (flag.removeprefix("--web.config.file="), web.tls.cert_file, web.tls.key_file):
+            assert Path(str(path)).parent == Path(mount["mountPath"]), path
+        schemes = {container[p]["httpGet"].get("scheme") for p in
+                   ("startupProbe", "livenessProbe", "readinessProbe")}  # fmt: skip
+        assert schemes == {"HTTPS"}
+        endpoint = one(docs, monitor_kind)["spec"][endpoints][0]
+        service = one(docs, "Service")["metadata"]
+        assert (endpoint["scheme"], endpoint["tlsConfig"]["serverName"]) == (
+            "https",
+            f"{service['name']}.{service['namespace']}.svc",
+        )
+        assert endpoint["basicAuth"] == {
+            "username": {"name": "burstscope-scrape", "key": "username"},
+            "password": {"name": "burstscope-scrape", "key": "password"},
+        }
