@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -59,7 +60,11 @@ def load_generator() -> ModuleType:
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Each overlay rendered by kubectl kustomize into a file of its own."""
-    kubectl = require_binary("kubectl")
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        # Not a Debian package here (Debian's kubernetes-client is 1.20, without kustomize 5).
+        integration_unavailable("kubectl (1.32, kustomize 5.5 inside) is not installed")
+        raise AssertionError("unreachable")
     directory = tmp_path_factory.mktemp("rendered")
     files = {}
     for overlay in OVERLAYS:
