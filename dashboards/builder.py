@@ -4,35 +4,52 @@ Classic dashboard JSON, schemaVersion 41 (Grafana 11.6), with every option Grafa
 otherwise fill in written out (``dashboards/check_sdk.py`` round-trips the result through
 grafana-foundation-sdk). Every panel and target uses the ``${datasource}`` variable.
 Selectors use the template variables as regular expressions, so "All" is ``.*``.
+
+Every query selects the ``cluster`` and ``job`` variables, written with the mixin
+placeholders ``%(clusterLabel)s`` and ``%(burstscopeSelector)s`` that ``dashboard()`` fills
+from the site's Selectors (dashboards/job_selectors.py). The job variable lists the jobs the
+selector matches and has no custom "All" value, so Grafana's "All" is those jobs, never
+every job of the Prometheus: ``up`` and ``process_*``, which other exporters serve too,
+need no selector of their own. The cluster variable's "All" is ``.*``, which matches a
+series without the label, so the panels work where no cluster label exists; it is hidden
+unless the site sets showMultiCluster.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dashboards.rules import RecordingRules
+from dashboards.job_selectors import DEFAULT, Selectors
+from dashboards.recording import GROUPS
+from dashboards.rules import record_names
 
 SCHEMA_VERSION = 41
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 Json = dict[str, Any]
 
-# Selectors, as regular expressions over the template variables.
-FLEET = 'instance=~"$instance", device=~"$device"'
-NODES = 'instance=~"$instance"'
-PORT = 'instance=~"$instance", device=~"$device", port=~"$port"'
+# Selectors, as regular expressions over the template variables. SCOPE, the cluster and the
+# scrape job, is in every one.
+SCOPE = '%(clusterLabel)s=~"$cluster", job=~"$job"'
+NODES = SCOPE + ', instance=~"$instance"'
+FLEET = NODES + ', device=~"$device"'
+PORT = FLEET + ', port=~"$port"'
 PORT_DIRECTION = PORT + ', direction=~"$direction"'
-# The agents' own series: job burstscope, as dashboards/prometheus/prometheus.example.yml names it.
-AGENTS = 'job="burstscope", ' + NODES
+# The agents' own series, up and process_* among them: the job variable lists only the jobs
+# the configured selector matches.
+AGENTS = NODES
 # Job series (burstscope_job_*): the scheduler's job id is the job_id label, never "job",
 # which Prometheus gives the scrape job.
-JOBS = 'instance=~"$instance", job_id=~"$job_id"'
+JOBS = NODES + ', job_id=~"$job_id"'
+# What tells one node's series from another's in a join: the cluster, the scrape job and
+# the instance (two clusters may have nodes of the same name).
+NODE_LABELS = "%(clusterLabel)s, job, instance"
 # The fleet overview's uid: the drill-down's job links and the job alerts' dashboard_url
 # (prometheus/alerts.rules.yml) open it.
 FLEET_UID = "burstscope-fleet-overview"
 
 # The recorded series the panels read, by level and metric (dashboards/rules.py).
-RULES = RecordingRules.read()
+RULES = record_names(GROUPS)
 # The mean over one 15 s scrape interval, per port direction: both dashboards draw it.
 AVERAGE_15S = RULES.series(
     "instance_device_port_direction", "burstscope_port_data_bytes_per_line_rate"
@@ -215,8 +232,16 @@ VARIABLE_DEFAULTS: Json = {
 }
 
 
-def query_variable(name: str, label: str, query: str, every: bool = True) -> Json:
-    """A label_values variable: multi-value with "All" (.*), or one value, the first."""
+def query_variable(
+    name: str,
+    label: str,
+    query: str,
+    every: bool = True,
+    all_value: str | None = ".*",
+    hide: int = 0,
+) -> Json:
+    """A label_values variable: multi-value with "All" (``all_value``; None: every value
+    listed), or one value, the first. ``hide`` 2 keeps it off the page."""
     current: Json = (
         {"selected": True, "text": ["All"], "value": ["$__all"]}
         if every
@@ -234,14 +259,15 @@ def query_variable(name: str, label: str, query: str, every: bool = True) -> Jso
         "multi": every,
         "includeAll": every,
         "current": current,
+        "hide": hide,
         **VARIABLE_DEFAULTS,
     }
-    if every:
-        variable["allValue"] = ".*"
+    if every and all_value is not None:
+        variable["allValue"] = all_value
     return variable
 
 
-def variables(drilldown: bool) -> list[Json]:
+def variables(drilldown: bool, selectors: Selectors) -> list[Json]:
     found: list[Json] = [
         {
             "type": "datasource",
@@ -256,29 +282,49 @@ def variables(drilldown: bool) -> list[Json]:
             "includeAll": False,
             **VARIABLE_DEFAULTS,
         },
+        # The clusters the agents report from; "All" (.*) also matches series without the
+        # label, so a Prometheus with no cluster label draws every panel with it hidden.
+        query_variable(
+            "cluster",
+            "Cluster",
+            "label_values(burstscope_info{%(burstscopeSelector)s}, %(clusterLabel)s)",
+            hide=0 if selectors.show_multi_cluster else 2,
+        ),
+        # The scrape jobs of the agents (burstscope in prometheus.example.yml, the Service or
+        # namespace/PodMonitor under prometheus-operator); "All" is every job listed.
+        query_variable(
+            "job",
+            "Scrape job",
+            'label_values(burstscope_info{%(burstscopeSelector)s, %(clusterLabel)s=~"$cluster"}'
+            ", job)",
+            all_value=None,
+        ),
         # The drill-down shows one node (the first, or the one a fleet row links to): with
         # every node at once its panels would carry thousands of series.
         query_variable(
-            "instance", "Node", "label_values(burstscope_info, instance)", every=not drilldown
+            "instance",
+            "Node",
+            f"label_values(burstscope_info{{{SCOPE}}}, instance)",
+            every=not drilldown,
         ),
         query_variable(
             "device",
             "Device",
-            'label_values(burstscope_port_line_rate_bytes_per_second{instance=~"$instance"}, '
-            "device)",
+            f"label_values(burstscope_port_line_rate_bytes_per_second{{{NODES}}}, device)",
         ),
     ]
     if not drilldown:
         # Every running job's id (burstscope_job_info, one series per job and node); the job
         # alerts' dashboard_url sets it with the node (var-job_id, var-instance).
-        found.append(query_variable("job_id", "Job", "label_values(burstscope_job_info, job_id)"))
+        found.append(
+            query_variable("job_id", "Job", f"label_values(burstscope_job_info{{{SCOPE}}}, job_id)")
+        )
     if drilldown:
         found.append(
             query_variable(
                 "port",
                 "Port",
-                "label_values(burstscope_port_line_rate_bytes_per_second"
-                '{instance=~"$instance", device=~"$device"}, port)',
+                f"label_values(burstscope_port_line_rate_bytes_per_second{{{FLEET}}}, port)",
             )
         )
         found.append(
@@ -298,8 +344,29 @@ def variables(drilldown: bool) -> list[Json]:
     return found
 
 
-def dashboard(uid: str, title: str, description: str, panels: list[Json], drilldown: bool) -> Json:
-    return {
+def filled(item: Any, selectors: Selectors) -> Any:
+    """``item`` with the placeholders of every query (a target's expr, a variable's query
+    and definition) filled from ``selectors``."""
+    if isinstance(item, list):
+        return [filled(value, selectors) for value in item]
+    if not isinstance(item, dict):
+        return item
+    found = {key: filled(value, selectors) for key, value in item.items()}
+    for key in ("expr", "definition", "query"):
+        if isinstance(found.get(key), str):
+            found[key] = selectors.fill(found[key])
+    return found
+
+
+def dashboard(
+    uid: str,
+    title: str,
+    description: str,
+    panels: list[Json],
+    drilldown: bool,
+    selectors: Selectors = DEFAULT,
+) -> Json:
+    built = {
         "uid": uid,
         "title": title,
         "description": description,
@@ -338,9 +405,10 @@ def dashboard(uid: str, title: str, description: str, panels: list[Json], drilld
                 "icon": "external link",
             }
         ],
-        "templating": {"list": variables(drilldown)},
+        "templating": {"list": variables(drilldown, selectors)},
         "panels": layout(panels),
     }
+    return dict(filled(built, selectors))
 
 
 def rate_of(name: str, selector: str) -> str:

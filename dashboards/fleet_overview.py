@@ -15,6 +15,7 @@ from dashboards.builder import (
     FLEET,
     FLEET_UID,
     JOBS,
+    NODE_LABELS,
     NODES,
     RULES,
     Json,
@@ -28,6 +29,7 @@ from dashboards.builder import (
     target,
     value_mappings,
 )
+from dashboards.job_selectors import DEFAULT, Selectors
 from dashboards.port_drilldown import (
     DRILLDOWN_LINK,
     JOB_LINK,
@@ -114,7 +116,7 @@ def _hottest_ports() -> Json:
             target(hottest, ref="A", instant=True, format="table"),
             target(
                 f"{AVERAGE_15S}{{{FLEET}}}\n"
-                "  and on (instance, device, port, direction)\n" + hottest,
+                f"  and on ({NODE_LABELS}, device, port, direction)\n" + hottest,
                 ref="B",
                 instant=True,
                 format="table",
@@ -225,7 +227,7 @@ def _agents_down() -> list[Json]:
     return [
         stat(
             "Agents down",
-            "Targets of job burstscope whose last scrape failed (up == 0): alert "
+            "Targets of the agents' scrape jobs whose last scrape failed (up == 0): alert "
             "BurstscopeAgentDown.",
             [target(f"count(up{{{AGENTS}}} == 0) or vector(0)", "down", instant=True)],
             (4, 6),
@@ -253,7 +255,7 @@ def _agents_down() -> list[Json]:
 def _jobs_per_node() -> Json:
     """One row per job and node: its shares and burst bytes; the node opens its drill-down,
     the job the overview filtered to it."""
-    with_job = f"* on (instance, job_id) group_left (user, name) burstscope_job_info{{{JOBS}}}"
+    with_job = f"* on ({NODE_LABELS}, job_id) group_left (user, name) burstscope_job_info{{{JOBS}}}"
     columns = ("instance", "job_id", "user", "name")
     values = {
         "Value #A": "saturated share",
@@ -436,11 +438,12 @@ def fleet_agents_row() -> list[Json]:
     ]
 
 
-def fleet_overview() -> Json:
+def fleet_overview(selectors: Selectors = DEFAULT) -> Json:
     return dashboard(
         UID,
         "burstscope / Fleet overview",
         "Millisecond peaks of every RDMA port beside the 15 s averages other exporters show.",
         [*fleet_peaks_row(), *fleet_jobs_row(), *fleet_trends_row(), *fleet_agents_row()],
         drilldown=False,
+        selectors=selectors,
     )

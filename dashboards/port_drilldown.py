@@ -8,6 +8,7 @@ from dashboards.builder import (
     AGENTS,
     AVERAGE_15S,
     FLEET_UID,
+    NODE_LABELS,
     NODES,
     PORT,
     PORT_DIRECTION,
@@ -22,6 +23,7 @@ from dashboards.builder import (
     target,
     value_mappings,
 )
+from dashboards.job_selectors import DEFAULT, Selectors
 
 UID = "burstscope-port-drilldown"
 
@@ -37,11 +39,15 @@ PORT_LEGEND = "{{device}}/{{port}}"
 PORT_STATES = {"1": ("DOWN", "red"), "2": ("INIT", "orange"), "3": ("ARMED", "yellow")}
 PORT_STATES |= {"4": ("ACTIVE", "green"), "5": ("ACTIVE_DEFER", "orange")}
 
+# The cluster and scrape job a link keeps: the ones selected where it is clicked (Grafana's
+# queryparam format, https://grafana.com/docs/grafana/latest/dashboards/variables/
+# variable-syntax/#queryparam).
+SCOPE_PARAMS = "${cluster:queryparam}&${job:queryparam}"
 # Where a fleet row leads: the drill-down on that node and port, same range and source.
 DRILLDOWN_LINK = {
     "title": "Port drill-down for ${__data.fields.instance} ${__data.fields.device}",
     "url": f"/d/{UID}/burstscope-port-drill-down?"
-    "var-datasource=${datasource}&var-instance=${__data.fields.instance}"
+    f"var-datasource=${{datasource}}&{SCOPE_PARAMS}&var-instance=${{__data.fields.instance}}"
     "&var-device=${__data.fields.device}&var-port=${__data.fields.port}"
     "&var-direction=All&${__url_time_range}",
     "targetBlank": False,
@@ -50,7 +56,7 @@ DRILLDOWN_LINK = {
 NODE_DRILLDOWN_LINK = {
     "title": "Port drill-down for ${__data.fields.instance}",
     "url": f"/d/{UID}/burstscope-port-drill-down?"
-    "var-datasource=${datasource}&var-instance=${__data.fields.instance}"
+    f"var-datasource=${{datasource}}&{SCOPE_PARAMS}&var-instance=${{__data.fields.instance}}"
     "&var-device=All&var-port=All&var-direction=All&${__url_time_range}",
     "targetBlank": False,
 }
@@ -58,7 +64,7 @@ NODE_DRILLDOWN_LINK = {
 JOB_LINK = {
     "title": "Fleet overview for job ${__data.fields.job_id}",
     "url": f"/d/{FLEET_UID}/burstscope-fleet-overview?"
-    "var-datasource=${datasource}&var-instance=All&var-device=All"
+    f"var-datasource=${{datasource}}&{SCOPE_PARAMS}&var-instance=All&var-device=All"
     "&var-job_id=${__data.fields.job_id}&${__url_time_range}",
     "targetBlank": False,
 }
@@ -82,7 +88,7 @@ def job_ports_table(
         [
             target(
                 f"burstscope_job_port{{{ports}}}\n"
-                "  * on (instance, job_id) group_left (user, name)\n"
+                f"  * on ({NODE_LABELS}, job_id) group_left (user, name)\n"
                 f"burstscope_job_info{{{jobs}}}",
                 instant=True,
                 format="table",
@@ -469,7 +475,7 @@ def _reads_and_cost() -> list[Json]:
             "honest.",
             [
                 target(
-                    "histogram_quantile(0.99, sum by (instance, source, le) ("
+                    f"histogram_quantile(0.99, sum by ({NODE_LABELS}, source, le) ("
                     + rate_of("burstscope_source_read_duration_seconds_bucket", NODES)
                     + "))",
                     "{{instance}} {{source}}",
@@ -525,7 +531,7 @@ def drill_health_row() -> list[Json]:
     return [row("Agent health"), *_health_stats(), *_sampler_timing(), *_reads_and_cost()]
 
 
-def port_drilldown() -> Json:
+def port_drilldown(selectors: Selectors = DEFAULT) -> Json:
     return dashboard(
         UID,
         "burstscope / Port drill-down",
@@ -538,4 +544,5 @@ def port_drilldown() -> Json:
             *drill_health_row(),
         ],
         drilldown=True,
+        selectors=selectors,
     )

@@ -1,22 +1,38 @@
-"""The series the recording rules record, read from prometheus/recording.rules.yml by name.
+"""Prometheus rule files as data: the rules, their YAML, and the recorded series by name.
+
+The rules are written in dashboards/recording.py and dashboards/alerting.py with the
+job selector and cluster label as ``%(burstscopeSelector)s`` and ``%(clusterLabel)s``
+(dashboards/job_selectors.py); ``rules_file`` writes them, filled in, as the groups/rules YAML of
+Prometheus' rule files (https://prometheus.io/docs/prometheus/latest/configuration/
+recording_rules/ and alerting_rules/), with the comments that say why each rule is what it
+is. No YAML library is a dependency: the files are regular (quoted strings are JSON
+strings, which are YAML double-quoted scalars; long texts are literal or folded blocks).
 
 The dashboards name a recorded series by its level and metric, the first two parts of
 Prometheus' ``level:metric:operations`` (https://prometheus.io/docs/practices/rules/), and
-take the whole name from the rules file: a rule whose window or aggregation changes is
+take the whole name from the rules: a rule whose window or aggregation changes is
 followed, and one that is renamed or removed fails the build instead of leaving a panel
 that draws nothing.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import textwrap
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from dashboards.job_selectors import Selectors
 
 RECORDING_RULES = Path(__file__).resolve().parent / "prometheus" / "recording.rules.yml"
 # Every rule of the file is written "- record: NAME" on a line of its own, so a line pattern
 # reads the names without a YAML parser (none is a dependency of burstscope).
 _RECORD = re.compile(r"^\s*- record: (\S+)", flags=re.MULTILINE)
+# The one base of every runbook_url: dashboards/README.md, "Runbook links", tells a site
+# how to point it at its own copy of the runbooks (each the alert's name in lower case).
+RUNBOOK_BASE = "https://runbooks.example.com/burstscope#"
 
 
 def recorded_names(path: Path = RECORDING_RULES) -> list[str]:
@@ -43,3 +59,103 @@ class RecordingRules:
             what = ", ".join(found) if found else "none"
             raise LookupError(f"{self.source}: one rule recording {prefix}... expected, {what}")
         return found[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A recording rule; ``expr`` may hold ``%(burstscopeSelector)s`` and ``%(clusterLabel)s``."""
+
+    name: str
+    expr: str
+    comment: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """An alerting rule: its expression, ``for``, severity and annotations."""
+
+    name: str
+    expr: str
+    severity: str
+    summary: str
+    description: str
+    comment: str = ""
+    duration: str | None = None  # "for": absent fires at the first evaluation
+    dashboard_url: str | None = None
+
+    @property
+    def runbook_url(self) -> str:
+        return RUNBOOK_BASE + self.name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A rule group: its rules run in order, groups concurrently."""
+
+    name: str
+    rules: tuple[Record | Alert, ...]
+    comment: str = ""
+    interval: str | None = None
+
+
+def record_names(groups: Iterable[Group]) -> RecordingRules:
+    """The series ``groups`` record, for the dashboards to look up by level and metric."""
+    names = [rule.name for group in groups for rule in group.rules if isinstance(rule, Record)]
+    return RecordingRules(tuple(names), "dashboards/recording.py")
+
+
+def _text(text: str) -> list[str]:
+    """A triple-quoted block as its lines: indentation and the blank first and last removed."""
+    return textwrap.dedent(text).strip("\n").splitlines()
+
+
+def _comment(text: str, indent: int) -> list[str]:
+    pad = " " * indent
+    return [f"{pad}# {line}".rstrip() for line in _text(text)] if text else []
+
+
+def _expr(expr: str, selectors: Selectors, indent: int) -> list[str]:
+    lines = _text(selectors.fill(expr))
+    pad = " " * indent
+    if len(lines) == 1:
+        return [f"{pad}expr: {lines[0]}"]
+    return [f"{pad}expr: |", *(f"{pad}  {line}".rstrip() for line in lines)]
+
+
+def _rule(rule: Record | Alert, selectors: Selectors) -> list[str]:
+    if isinstance(rule, Record):
+        return [
+            *_comment(rule.comment, 6),
+            f"      - record: {rule.name}",
+            *_expr(rule.expr, selectors, 8),
+        ]
+    lines = [f"      - alert: {rule.name}", *_comment(rule.comment, 8)]
+    lines += _expr(rule.expr, selectors, 8)
+    if rule.duration is not None:
+        lines.append(f"        for: {rule.duration}")
+    lines += ["        labels:", f"          severity: {rule.severity}", "        annotations:"]
+    lines.append(f"          summary: {json.dumps(selectors.fill_text(rule.summary))}")
+    lines.append("          description: >-")
+    lines += [f"            {line}" for line in _text(selectors.fill_text(rule.description))]
+    lines.append(f"          runbook_url: {json.dumps(rule.runbook_url)}")
+    if rule.dashboard_url is not None:
+        lines.append(f"          dashboard_url: {json.dumps(rule.dashboard_url)}")
+    return lines
+
+
+def rules_file(header: str, groups: Iterable[Group], selectors: Selectors) -> str:
+    """The YAML of a rule file: ``header`` as comments, then every group and rule."""
+    lines = [*_comment(selectors.fill_text(header), 0), "groups:"]
+    for number, group in enumerate(groups):
+        if number:
+            lines.append("")
+        lines += _comment(group.comment, 2)
+        lines.append(f"  - name: {group.name}")
+        if group.interval is not None:
+            lines.append(f"    interval: {group.interval}")
+        lines.append("    rules:")
+        for index, rule in enumerate(group.rules):
+            if index and (rule.comment or isinstance(rule, Alert)):
+                lines.append("")
+            lines += _rule(rule, selectors)
+    return "\n".join(lines) + "\n"

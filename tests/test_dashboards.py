@@ -86,6 +86,34 @@ def test_schema_variables_and_datasource(name: str) -> None:
             assert target["expr"].strip(), panel["title"]
 
 
+@pytest.mark.parametrize("name", FILES)
+def test_every_query_selects_the_cluster_and_job_variables(name: str) -> None:
+    """The mixin convention's variables: cluster ("All" is .*, which matches series without
+    the label; hidden by default) and the agents' scrape jobs (listed by the configured
+    selector; "All" is the listed jobs, never every job, since up and process_* are served
+    by other exporters too)."""
+    dashboard = load(name)
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    cluster, job = variables["cluster"], variables["job"]
+    assert cluster["definition"] == 'label_values(burstscope_info{job=~".*burstscope.*"}, cluster)'
+    assert cluster["allValue"] == ".*" and cluster["hide"] == 2 and cluster["includeAll"]
+    assert job["definition"] == (
+        'label_values(burstscope_info{job=~".*burstscope.*", cluster=~"$cluster"}, job)'
+    )
+    assert job["includeAll"] and job["multi"] and "allValue" not in job
+    names = [v["name"] for v in dashboard["templating"]["list"]]
+    assert names.index("cluster") < names.index("job") < names.index("instance")
+    for expr in exprs(dashboard):
+        if expr.startswith("label_values(burstscope_info{job=~"):
+            continue  # the cluster and job variables themselves
+        for metric, selector in re.findall(r"\b([a-z_:]+)\{([^}]*)\}", expr):
+            if metric.startswith("global:"):
+                continue  # vector(0.05): no labels at all
+            assert 'cluster=~"$cluster", job=~"$job"' in selector, (metric, expr)
+        for metric in re.findall(r"\b([a-z_:]+)\b(?![{(])", expr):
+            assert metric not in known_metrics() or metric.startswith("global:"), (metric, expr)
+
+
 def test_uids_and_panel_ids_are_unique() -> None:
     dashboards = [load(name) for name in FILES]
     uids = [d["uid"] for d in dashboards]
@@ -135,22 +163,24 @@ def test_dashboards_plot_peaks_saturation_congestion_and_agent_health() -> None:
     fleet = " ".join(exprs(load("fleet-overview.json")))
     drill = " ".join(exprs(load("port-drilldown.json")))
     for needed in (
-        'burstscope_port_peak_utilization_ratio{instance=~"$instance", device=~"$device", '
-        'window="75s"}',
+        'burstscope_port_peak_utilization_ratio{cluster=~"$cluster", job=~"$job", '
+        'instance=~"$instance", device=~"$device", window="75s"}',
         "burstscope_port_hidden_saturated_seconds_total",
         "instance:burstscope_port_saturated_samples_per_samples:ratio_rate5m",
         "instance:burstscope_port_peak_utilization_above_90_percent_per_ports:ratio",
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
-        'up{job="burstscope"',
+        'up{cluster=~"$cluster", job=~"$job", instance=~"$instance"}',
         # The Jobs row: per job and node its shares, bursts and ports, filtered by job_id.
         "instance_job_id:burstscope_job_saturated_seconds_per_compute_port_directions"
-        ':ratio_rate5m{instance=~"$instance", job_id=~"$job_id"}',
+        ':ratio_rate5m{cluster=~"$cluster", job=~"$job", instance=~"$instance", '
+        'job_id=~"$job_id"}',
         "instance_job_id:burstscope_job_hidden_saturated_seconds_per_compute_port_directions",
         "burstscope_job_burst_bytes_total",
         "group_left (user, name)\nburstscope_job_info",
-        'burstscope_job_port{instance=~"$instance", job_id=~"$job_id"}',
-        "label_values(burstscope_job_info, job_id)",
+        'burstscope_job_port{cluster=~"$cluster", job=~"$job", instance=~"$instance", '
+        'job_id=~"$job_id"}',
+        'label_values(burstscope_job_info{cluster=~"$cluster", job=~"$job"}, job_id)',
     ):
         assert needed in fleet, needed
     for needed in (
@@ -166,7 +196,8 @@ def test_dashboards_plot_peaks_saturation_congestion_and_agent_health() -> None:
         "burstscope_source_read_duration_seconds_bucket",
         "burstscope_scrape_duration_seconds",
         "burstscope_sampler_up",
-        'burstscope_job_port{instance=~"$instance", device=~"$device", port=~"$port"}',
+        'burstscope_job_port{cluster=~"$cluster", job=~"$job", instance=~"$instance", '
+        'device=~"$device", port=~"$port"}',
     ):
         assert needed in drill, needed
     heatmaps = [p for p in panels(load("port-drilldown.json")) if p["type"] == "heatmap"]

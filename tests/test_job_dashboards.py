@@ -207,7 +207,7 @@ def substitute(expr: str, instance: str = ".*", job_id: str = ".*") -> str:
     """Grafana's variables: the given node and job, everything else "All"."""
     expr = expr.replace("$__rate_interval", RATE_INTERVAL).replace("$__interval", INTERVAL)
     expr = expr.replace('"$instance"', f'"{instance}"').replace('"$job_id"', f'"{job_id}"')
-    return re.sub(r"\$(device|port|direction)\b", ".*", expr)
+    return re.sub(r"\$(cluster|job|device|port|direction)\b", ".*", expr)
 
 
 def job_targets() -> list[tuple[str, str, str]]:
@@ -287,7 +287,8 @@ def test_job_variable_lists_every_running_job(prometheus: Prometheus) -> None:
     variable = next(v for v in fleet["templating"]["list"] if v["name"] == "job_id")
     match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["definition"])
     assert match is not None
-    values = prometheus.get("/api/v1/label/job_id/values", 120, **{"match[]": match[1]})
+    selector = substitute(match[1])
+    values = prometheus.get("/api/v1/label/job_id/values", 120, **{"match[]": selector})
     assert set(values["data"]) == {"4242", "4243", "team-a/llama"}
 
 

@@ -235,3 +235,130 @@ def test_port_disappeared_fires_on_a_real_agent_whose_port_goes(tmp_path: Path) 
             assert [a["labels"]["device"] for a in alerts] == ["mlx5_1"]  # type: ignore[index]
             up = prometheus.query('up{job="burstscope"}')["data"]["result"]
             assert [r["value"][1] for r in up] == ["1"]
+
+
+# The rule files are generated (dashboards/recording.py, dashboards/alerting.py) with the job
+# selector and cluster label of dashboards/job_selectors.py: the checked-in files are the
+# defaults', and a site's file reaches every rule and query.
+def test_rule_files_are_what_the_generator_writes() -> None:
+    from dashboards.generate import RULES, render_rules
+
+    assert set(RULES) == {RECORDING.name, ALERTS.name}
+    for name in RULES:
+        assert (PROMETHEUS / name).read_text() == render_rules(name), (
+            f"{name} is stale: run python dashboards/generate.py"
+        )
+
+
+def test_default_selectors_match_the_static_and_the_operator_job_names() -> None:
+    from dashboards.job_selectors import DEFAULT
+
+    regex = re.fullmatch(r'job=~"(.*)"', DEFAULT.burstscope_selector)
+    assert regex is not None and DEFAULT.cluster_label == "cluster"
+    matches = {
+        job: re.fullmatch(regex[1], job) is not None
+        for job in (
+            "burstscope",  # prometheus.example.yml
+            "burstscope-agent",  # a ServiceMonitor's Service
+            "monitoring/burstscope-agent",  # a PodMonitor: namespace/name
+            "prod-burstscope-agent",  # a kustomize namePrefix
+            "node-exporter",
+            "dcgm-exporter",
+        )
+    }
+    assert [job for job, matched in matches.items() if matched] == list(matches)[:4]
+    assert f"{{{DEFAULT.burstscope_selector}}}" in ALERTS.read_text()
+
+
+SITE = """\
+# A site whose agents' job is gpu-telemetry and whose clusters are told apart by k8s_cluster.
+burstscopeSelector = 'job="gpu-telemetry"'
+clusterLabel = "k8s_cluster"
+showMultiCluster = true
+"""
+
+
+def test_a_sites_selectors_reach_every_rule_and_dashboard_query(tmp_path: Path) -> None:
+    import json
+
+    from dashboards.generate import main
+
+    config = tmp_path / "selectors.toml"
+    config.write_text(SITE)
+    out = tmp_path / "out"
+    assert main(["--config", str(config), "--out", str(out)]) == 0
+    recording = (out / "prometheus" / RECORDING.name).read_text()
+    alerts = (out / "prometheus" / ALERTS.name).read_text()
+    for text in (recording, alerts):
+        assert ".*burstscope.*" not in text and "%(" not in text
+        assert '{job="gpu-telemetry"' in text
+    assert "on (k8s_cluster, job, instance, job_id)" in alerts
+    assert "on (k8s_cluster, job, instance, device, port)" in alerts
+    assert "$labels.k8s_cluster" in alerts and "$labels.cluster" not in alerts
+    # The same rules as the defaults', selector and label apart.
+    assert recorded_names(out / "prometheus" / RECORDING.name) == recorded_names(RECORDING)
+    result = promtool(
+        "check",
+        "rules",
+        str(out / "prometheus" / RECORDING.name),
+        str(out / "prometheus" / ALERTS.name),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name in ("fleet-overview.json", "port-drilldown.json"):
+        dashboard = json.loads((out / "grafana" / name).read_text())
+        variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+        assert variables["cluster"]["hide"] == 0  # showMultiCluster
+        assert variables["cluster"]["definition"] == (
+            'label_values(burstscope_info{job="gpu-telemetry"}, k8s_cluster)'
+        )
+        text = json.dumps(dashboard)
+        assert "%(" not in text and not re.search(r"(?<!\w)cluster=~", text)
+        assert text.count('k8s_cluster=~\\"$cluster\\"') > 20
+
+
+@pytest.mark.parametrize(
+    ("content", "complaint"),
+    [
+        ("burstscopeSelector = '{job=\"x\"}'", "burstscopeSelector must be PromQL label matchers"),
+        ("burstscopeSelector = 'job=burstscope'", "burstscopeSelector must be PromQL label"),
+        ("burstscopeSelector = ''", "burstscopeSelector must be PromQL label matchers"),
+        ("burstscopeSelector = 7", "burstscopeSelector must be PromQL label matchers"),
+        ('clusterLabel = "k8s-cluster"', "clusterLabel must be a label name"),
+        ('clusterLabel = "instance"', "clusterLabel 'instance' is a label burstscope uses"),
+        ('showMultiCluster = "yes"', "showMultiCluster must be true or false"),
+        ("jobSelector = 'job=\"x\"'", "unknown key 'jobSelector'"),
+        ("burstscopeSelector = [", "not TOML"),
+        (None, "cannot read"),
+    ],
+)
+def test_a_selectors_file_that_cannot_be_used_is_one_line_and_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, complaint: str
+) -> None:
+    from dashboards.generate import main
+
+    config = tmp_path / "selectors.toml"
+    if content is not None:
+        config.write_text(content + "\n")
+    out = tmp_path / "out"
+    assert main(["--config", str(config), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"generate: {config}: "), err
+    assert complaint in err
+    assert not out.exists()  # nothing half-written
+
+
+def test_generate_cli_rejects_a_bad_selectors_file_without_a_traceback(tmp_path: Path) -> None:
+    import sys
+
+    config = tmp_path / "selectors.toml"
+    config.write_text('clusterLabel = "k8s-cluster"\n')
+    result = subprocess.run(
+        [sys.executable, str(PROMETHEUS.parent / "generate.py"), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "clusterLabel must be a label name" in result.stderr

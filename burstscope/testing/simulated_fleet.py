@@ -354,4 +354,4 @@ def substitute(expr: str, node: str, step_s: int, scrape_s: int) -> str:
         "$__interval", f"{step_s}s"
     )
     expr = expr.replace('instance=~"$instance"', f'instance=~"{node or ".*"}"')
-    return re.sub(r"\$(instance|device|port|direction|job_id)\b", ".*", expr)
+    return re.sub(r"\$(cluster|job|instance|device|port|direction|job_id)\b", ".*", expr)
