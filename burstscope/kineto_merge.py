@@ -11,7 +11,6 @@ the one collector/collectives/pytorch_trace.py reads (Unix ns = ``baseTimeNanose
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import re
@@ -27,6 +26,7 @@ from burstscope.collector.collectives.pytorch_trace import (
     PytorchTrace,
     TraceError,
     parse_trace,
+    read_trace_bytes,
 )
 from burstscope.errors import UsageError
 
@@ -97,18 +97,7 @@ def _quietly_parsed(document: object, source: str) -> PytorchTrace:
 
 
 def _read(path: Path, max_bytes: int) -> str:
-    try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as file:
-                data = file.read(max_bytes + 1)
-        else:
-            with path.open("rb") as file:
-                data = file.read(max_bytes + 1)
-    except (OSError, EOFError) as error:
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
-        raise TraceError(f"{path}: cannot be read: {reason}") from None
-    if len(data) > max_bytes:
-        raise TraceError(f"{path}: larger than {max_bytes} bytes: not read")
+    data = read_trace_bytes(path, max_bytes)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:

@@ -15,7 +15,6 @@ port the trace's job table does not mark as storage; ``ports`` names them otherw
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from burstscope.collector.collectives.join import (
     read_inspector,
     read_mapping,
 )
+from burstscope.collector.collectives.live import parse_clock_offset
 from burstscope.collector.collectives.pytorch_trace import TraceError, read_trace
 from burstscope.detectors.analyzer import Chunk
 from burstscope.detectors.collective_join import (
@@ -447,17 +447,10 @@ def path_list(values: Sequence[str] | None) -> tuple[Path, ...]:
     return tuple(Path(os.fspath(v)) for v in values or ())
 
 
-_OFFSET = re.compile(r"([+-]?[0-9]+(?:\.[0-9]+)?)(ns|us|ms|s)")
-_UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-
-
 def parse_offset(text: str) -> int:
-    """A signed duration such as ``-250us``, ``1.5ms`` or ``0`` as nanoseconds."""
-    if text.strip() == "0":
-        return 0
-    found = _OFFSET.fullmatch(text.strip())
-    if found is None:
-        raise UsageError(
-            f"--collective-clock-offset {text!r} is not a duration such as 250us, -1.5ms or 0"
-        )
-    return round(float(found.group(1)) * _UNIT_NS[found.group(2)])
+    """``--collective-clock-offset``: the agent's parser (live.parse_clock_offset), its
+    ValueError as one line for the command line."""
+    try:
+        return parse_clock_offset(text)
+    except ValueError as error:
+        raise UsageError(f"--collective-clock-offset {error}") from None

@@ -13,6 +13,7 @@ from burstscope.detectors.collective_join import MappingRow, PairRow
 from burstscope.detectors.config import NS_PER_SECOND
 from burstscope.fitting import print_fitted
 from burstscope.report_collectives import ClassRow, CollectiveReport
+from burstscope.wording import byte_text
 
 DIGITS = 6
 
@@ -109,13 +110,6 @@ def _duration(ns: int) -> str:
     return "0" if ns == 0 else f"{seconds:.3f} s"
 
 
-def _bytes(value: int) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value} B"
-
-
 def _gbs(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -143,7 +137,7 @@ def _class_table(console: Console, title: str, rows: tuple[ClassRow, ...]) -> No
         values = (
             escape(row.name),
             row.kind or "-",
-            _bytes(totals.bytes),
+            byte_text(totals.bytes),
             _duration(totals.saturated_ns),
             _duration(totals.hidden_saturated_ns),
             _duration(totals.burst_ns),

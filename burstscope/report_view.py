@@ -19,7 +19,7 @@ from burstscope.fitting import print_fitted
 from burstscope.report_collectives_view import collectives_json, print_collectives
 from burstscope.report_jobs import JobReport, RoleTotals
 from burstscope.report_model import DirectionReport, Fleet, NodeContrast, PortReport, Report
-from burstscope.wording import partial_window, scale_label, verdict
+from burstscope.wording import byte_text, partial_window, scale_label, verdict
 
 DIGITS = 6  # JSON rounding: stable goldens, far below what a counter can resolve
 
@@ -475,13 +475,6 @@ def print_table(report: Report, console: Console | None = None) -> None:
         print_fleet(report.fleet, console)
 
 
-def _bytes(value: int) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value} B"
-
-
 # Left-justified: the names; the rest are figures.
 _JOB_TEXT = ("job", "role", "user", "name")
 
@@ -518,7 +511,7 @@ def print_jobs(jobs: tuple[JobReport, ...], console: Console) -> None:
                 _duration(totals.saturated_ns / NS_PER_SECOND),
                 f"[bold red]{_duration(hidden)}[/]" if hidden > 0 else _duration(hidden),
                 str(totals.bursts),
-                _bytes(totals.burst_bytes),
+                byte_text(totals.burst_bytes),
                 "-" if iteration is None else f"{iteration.period_ns / NS_PER_SECOND:.3f} s",
                 escape(printable(job.job.user)) or "-",
                 escape(printable(job.job.name)) or "-",

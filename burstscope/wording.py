@@ -9,6 +9,14 @@ from burstscope.detectors.config import NS_PER_MICROSECOND, NS_PER_SECOND
 from burstscope.detectors.contrast import Finding, finding
 
 
+def byte_text(value: int) -> str:
+    """A byte count as a person reads it: 4.8 TB, 1.7 GB, 512 B."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value} B"
+
+
 def scale_label(interval_ns: int) -> str:
     """A human name for a scale: "1-ms", "100-us", "15-s"."""
     for unit, size in (("s", NS_PER_SECOND), ("ms", 1_000_000), ("us", NS_PER_MICROSECOND)):

@@ -72,7 +72,7 @@ class CollectiveSpan:
         return class_bit(self.kind)
 
 
-def _merged(starts: I64, ends: I64) -> tuple[I64, I64]:
+def merged_intervals(starts: I64, ends: I64) -> tuple[I64, I64]:
     """The union of intervals as disjoint sorted intervals."""
     if starts.size == 0:
         return starts, ends
@@ -104,7 +104,7 @@ class SpanIndex:
             if not 0 < bit < 256:
                 raise ValueError(f"bit {bit} does not fit a mask of 8 bits")
             chosen = span_bits == bit
-            self._by_bit[bit] = _merged(self._starts[chosen], self._ends[chosen])
+            self._by_bit[bit] = merged_intervals(self._starts[chosen], self._ends[chosen])
 
     def __len__(self) -> int:
         return len(self.spans)

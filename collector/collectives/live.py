@@ -64,6 +64,7 @@ from burstscope.detectors.collective_join import (
     SpanIndex,
     class_bit,
     class_names,
+    merged_intervals,
 )
 from burstscope.detectors.config import Thresholds, scale_key
 
@@ -290,7 +291,8 @@ class SpanStore:
         for key_id in np.unique(ids).tolist():
             chosen = ids == key_id
             kind, collective, rule = self.keys[key_id]
-            for start, end in zip(*_merged(starts[chosen], ends[chosen]), strict=True):
+            union = merged_intervals(starts[chosen], ends[chosen])
+            for start, end in zip(union[0].tolist(), union[1].tolist(), strict=True):
                 spans.append(
                     CollectiveSpan(
                         start, end, collective, kind, rule, "", None, None, None, None, INSPECTOR
@@ -311,15 +313,6 @@ class SpanStore:
             tuple(dict.fromkeys(k[1] for k in keys)),
             tuple(dict.fromkeys(k[2] for k in keys)),
         )
-
-
-def _merged(starts: I64, ends: I64) -> tuple[list[int], list[int]]:
-    """Overlapping intervals as one: the union as disjoint intervals, by start."""
-    order = np.argsort(starts, kind="stable")
-    starts, ends = starts[order], np.maximum.accumulate(ends[order])
-    first = np.flatnonzero(np.concatenate(([True], starts[1:] > ends[:-1])))
-    last = np.concatenate((first[1:] - 1, [starts.size - 1]))
-    return starts[first].tolist(), ends[last].tolist()
 
 
 @dataclass(frozen=True, slots=True)

@@ -174,6 +174,16 @@ def read_trace(
 ) -> PytorchTrace:
     """Read a trace file (``.json`` or ``.json.gz``) of at most ``max_bytes``."""
     path = Path(path)
+    data = read_trace_bytes(path, max_bytes)
+    try:
+        document = json.loads(data, parse_float=Decimal)
+    except ValueError as error:
+        raise TraceError(f"{path}: not JSON: {error}") from error
+    return parse_trace(document, base_unix_ns, str(path))
+
+
+def read_trace_bytes(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """A trace file's bytes (``.json``, or ``.json.gz`` decompressed), at most ``max_bytes``."""
     try:
         if path.suffix == ".gz":
             with gzip.open(path, "rb") as file:
@@ -182,14 +192,11 @@ def read_trace(
             with path.open("rb") as file:
                 data = file.read(max_bytes + 1)
     except (OSError, EOFError) as error:
-        raise TraceError(f"{path}: cannot be read: {error}") from error
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise TraceError(f"{path}: cannot be read: {reason}") from None
     if len(data) > max_bytes:
         raise TraceError(f"{path}: larger than {max_bytes} bytes: not read")
-    try:
-        document = json.loads(data, parse_float=Decimal)
-    except ValueError as error:
-        raise TraceError(f"{path}: not JSON: {error}") from error
-    return parse_trace(document, base_unix_ns, str(path))
+    return data
 
 
 def parse_trace(
