@@ -171,6 +171,43 @@ def estimate_offset_ns(
 
 # -- tables -------------------------------------------------------------------------------
 
+# The classes a sample's time is summed under: each of the four, and "none" (under no span).
+CLASS_TOTALS = ("EP", "PP", "DP", "other", "none")
+# Per class set (a mask, 0-15) x CLASS_TOTALS: 1 where the set holds the class (for "none":
+# where the set is empty); and x PAIRS: 1 where the set holds both classes of the pair.
+_IN_CLASS = np.array(
+    [[1 if m & bit else 0 for bit, _ in _NAMES] + [1 if m == 0 else 0] for m in range(16)],
+    dtype=np.int64,
+)
+_IN_PAIR = np.array(
+    [
+        [1 if m & (_BITS[a] | _BITS[b]) == _BITS[a] | _BITS[b] else 0 for a, b in PAIRS]
+        for m in range(16)
+    ],
+    dtype=np.int64,
+)
+
+
+def mask_sums(masks: npt.NDArray[np.integer], amounts: I64) -> I64:
+    """Per class set (16 of them): the summed amounts of the samples with that set (exact:
+    float64 holds integers to 2**53)."""
+    if not masks.size:
+        return np.zeros(16, dtype=np.int64)
+    return np.bincount(masks, weights=amounts, minlength=16).astype(np.int64)
+
+
+def class_totals(per_mask: I64) -> I64:
+    """Sums per class set (``mask_sums``, or rows of them) as sums per CLASS_TOTALS: a sample
+    under two classes counts in both."""
+    result: I64 = per_mask @ _IN_CLASS
+    return result
+
+
+def pair_totals(per_mask: I64) -> I64:
+    """Sums per class set as sums per PAIRS: the time under both classes of each pair."""
+    result: I64 = per_mask @ _IN_PAIR
+    return result
+
 
 @dataclass(slots=True)
 class MaskTotals:

@@ -55,6 +55,7 @@ from burstscope.detectors.collective_classes import (
     largest_group,
 )
 from burstscope.detectors.collective_join import (
+    CLASS_TOTALS,
     DP,
     EP,
     OTHER,
@@ -64,7 +65,10 @@ from burstscope.detectors.collective_join import (
     SpanIndex,
     class_bit,
     class_names,
+    class_totals,
+    mask_sums,
     merged_intervals,
+    pair_totals,
 )
 from burstscope.detectors.config import Thresholds, scale_key
 
@@ -75,12 +79,11 @@ DEFAULT_LABEL_DELAY_NS = 2 * SECOND_NS
 # spans of its whole length (a burst longer than this loses its earliest collectives).
 DEFAULT_HORIZON_NS = 10 * SECOND_NS
 NONE = "none"  # no span covers the sample
-CLASSES = ("EP", "PP", "DP", "other", NONE)
+CLASSES = CLASS_TOTALS  # ("EP", "PP", "DP", "other", NONE)
 _CLASS_BITS = (EP, PP, DP, OTHER)
 _BIT_OF = dict(zip(CLASSES, _CLASS_BITS, strict=False))
 PAIR_NAMES = tuple(f"{a}-{b}" for a, b in PAIRS)
 _EMPTY = np.empty(0, dtype=np.int64)
-_PAIR_BITS = tuple(class_bit(a) | class_bit(b) for a, b in PAIRS)
 # What a record can be skipped for here, beyond the reader's skips: no time of its own (a
 # plain dump, without NCCL_INSPECTOR_DUMP_VERBOSE=1), a stop before its start.
 UNPLACED = "unplaced"
@@ -418,7 +421,7 @@ class CollectiveLabels:
                 self._label(directions, low[ready], high[ready], owner[ready], index)
                 if done.any():
                     masks = index.masks(bursts[0][done], bursts[1][done])
-                    self._bytes += _by_class(masks, bursts[2][done])
+                    self._bytes += class_totals(mask_sums(masks, bursts[2][done]))
             if not ready.all():  # before what on_chunk added meanwhile: time order
                 self._low.insert(0, low[~ready])
                 self._high.insert(0, high[~ready])
@@ -437,16 +440,16 @@ class CollectiveLabels:
             return
         masks = index.masks(lo, hi).astype(np.int64)
         held = hi - lo
-        total = np.bincount(masks, weights=held, minlength=16).astype(np.int64)
-        self._saturated += total @ _IN_CLASS
-        self._collisions += total @ _IN_PAIR
+        total = mask_sums(masks, held)
+        self._saturated += class_totals(total)
+        self._collisions += pair_totals(total)
         # By direction and coarse window, for the hidden totals once the window's mean is
         # known; a sample ending on a boundary belongs to the window that ends there.
         length = self._coarse_ns
         window = (hi - 1) // length + 1  # the window's end, in windows
         keys, place = np.unique(window * len(directions) + owner, return_inverse=True)
         sums = np.bincount(place * 16 + masks, weights=held, minlength=keys.size * 16)
-        per_key = sums.astype(np.int64).reshape(keys.size, 16) @ _IN_CLASS
+        per_key = class_totals(sums.astype(np.int64).reshape(keys.size, 16))
         for key, row in zip(keys.tolist(), per_key, strict=True):
             end, number = divmod(key, len(directions))
             waiting = directions[number]
@@ -491,34 +494,6 @@ def _columns(parts: list[tuple[I64, I64, I64]]) -> tuple[I64, I64, I64]:
         return _EMPTY, _EMPTY, _EMPTY
     start, end, size = (np.concatenate(column) for column in zip(*parts, strict=True))
     return start, end, size
-
-
-# Per class set (a mask, 0-15) x class (CLASSES order): 1 where the set holds the class, and
-# for "none" where the set is empty.
-_IN_CLASS = np.array(
-    [
-        [1 if mask & bit else 0 for bit in _CLASS_BITS] + [1 if mask == 0 else 0]
-        for mask in range(16)
-    ],
-    dtype=np.int64,
-)
-
-
-# Per class set x pair (PAIRS order): 1 where the set holds both classes of the pair.
-_IN_PAIR = np.array(
-    [[1 if mask & bits == bits else 0 for bits in _PAIR_BITS] for mask in range(16)],
-    dtype=np.int64,
-)
-
-
-def _by_class(masks: np.ndarray[Any, np.dtype[np.uint8]], amounts: I64) -> I64:
-    """Per class (CLASSES order): the amounts of the samples under it; none: under no span."""
-    if not masks.size:
-        return np.zeros(len(CLASSES), dtype=np.int64)
-    # Sums per class set in one pass (exact: float64 holds integers to 2**53), then per class.
-    per_mask = np.bincount(masks, weights=amounts, minlength=16).astype(np.int64)
-    result: I64 = per_mask @ _IN_CLASS
-    return result
 
 
 class CollectiveTail:
