@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the integration tests use (prometheus for promtool and the
-# server, mosquitto for MQTT, iproute2 for the veth testbed, tmux for the terminal view,
+# server, prometheus-alertmanager for Alertmanager and amtool, mosquitto for MQTT, iproute2 for the veth testbed, tmux for the terminal view,
 # openssl for test certificates, systemd for systemd-analyze, fuse3 for the fault tests'
 # counter files that fail with EIO or EINVAL, slurm-wlm and munge for the Slurm cluster that
 # runs the shipped prolog and epilog) when they are missing and
