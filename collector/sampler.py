@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -103,17 +104,76 @@ def _tune(config: SamplerConfig, ring: Ring) -> None:
             ring.set(Field.REALTIME_ERRNO, exc.errno or errno.EPERM)
 
 
+_CAP_SYS_NICE = 23  # include/uapi/linux/capability.h
+
+
+def has_capability(bit: int, status: str | None = None) -> bool:
+    """Whether this process's effective set holds capability ``bit`` (/proc/self/status)."""
+    try:
+        text = Path("/proc/self/status").read_text() if status is None else status
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> bit & 1)
+    return False
+
+
+def cgroup_rt_runtime(
+    cgroup: str | None = None, root: Path = Path("/sys/fs/cgroup")
+) -> tuple[Path, int] | None:
+    """This process's cgroup v1 cpu controller's real-time budget (cpu.rt_runtime_us).
+
+    None where there is none to read: cgroup v2, or a kernel without RT_GROUP_SCHED.
+    """
+    try:
+        text = Path("/proc/self/cgroup").read_text() if cgroup is None else cgroup
+    except OSError:
+        return None
+    for line in text.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            # The host's view names the group; a container's (no cgroup namespace under v1)
+            # names the host's path but mounts its own group at the controller's root.
+            for budget in (
+                root / "cpu" / path.lstrip("/") / "cpu.rt_runtime_us",
+                root / "cpu" / "cpu.rt_runtime_us",
+            ):
+                try:
+                    return budget, int(budget.read_text())
+                except (OSError, ValueError):
+                    continue
+    return None
+
+
+def realtime_refusal_reason(status: str | None = None, cgroup: str | None = None) -> str:
+    """Why SCHED_FIFO was refused with EPERM, for the log: the capability, or the cgroup's
+    real-time budget when the capability is there (a container under cgroup v1 with real-time
+    group scheduling: __sched_setscheduler, kernel/sched/syscalls.c, refuses a task whose
+    group has no runtime)."""
+    if has_capability(_CAP_SYS_NICE, status):
+        budget = cgroup_rt_runtime(cgroup)
+        where = f" ({budget[0]} is {budget[1]})" if budget is not None else ""
+        return (
+            ": the process has CAP_SYS_NICE, so its cgroup is what refuses: under cgroup v1 "
+            f"with real-time group scheduling its cpu.rt_runtime_us must be above 0{where} "
+            "(a container runtime's --cpu-rt-runtime, after the parent cgroup's; "
+            "deploy/container/README.md)"
+        )
+    return (
+        ": it needs CAP_SYS_NICE or an RLIMIT_RTPRIO at or above that priority (under "
+        "systemd: the timing drop-in, systemd/README.md)"
+    )
+
+
 def tuning_notes(ring: Ring, config: SamplerConfig) -> list[str]:
     """What the sampler asked for and did not get, and why, for one log line each."""
     notes = []
     refused = ring.get(Field.REALTIME_ERRNO)
     if refused:
-        why = (
-            ": it needs CAP_SYS_NICE or an RLIMIT_RTPRIO at or above that priority (under "
-            "systemd: the timing drop-in, systemd/README.md)"
-            if refused == errno.EPERM
-            else ""
-        )
+        why = ""
+        if refused == errno.EPERM:
+            why = realtime_refusal_reason()
         notes.append(
             f"SCHED_FIFO priority {config.realtime_priority} refused ({os.strerror(refused)})"
             f"{why}; sampling goes on under normal scheduling, with a longer lateness tail"

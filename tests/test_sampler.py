@@ -250,3 +250,31 @@ def test_without_cap_sys_nice_the_recording_says_why_scheduling_is_normal(
         "burstscope record: SCHED_FIFO priority 10 refused (Operation not permitted): it "
         "needs CAP_SYS_NICE or an RLIMIT_RTPRIO at or above that priority" in done.stderr
     )
+
+
+def test_an_eperm_with_cap_sys_nice_is_blamed_on_the_cgroups_real_time_budget(
+    tmp_path: Path,
+) -> None:
+    """CAP_SYS_NICE present (bit 23 of CapEff) and SCHED_FIFO still refused: a cgroup v1 group
+    without real-time runtime, as a container's is unless given one. Absent the capability,
+    the capability is the reason."""
+    from burstscope.collector.sampler import cgroup_rt_runtime, realtime_refusal_reason
+
+    group = tmp_path / "cpu" / "libpod_parent" / "libpod-1"
+    group.mkdir(parents=True)
+    (group / "cpu.rt_runtime_us").write_text("0\n")
+    cgroup = "4:memory:/libpod_parent/libpod-1\n1:cpu,cpuacct:/libpod_parent/libpod-1\n"
+    assert cgroup_rt_runtime(cgroup, tmp_path) == (group / "cpu.rt_runtime_us", 0)
+    # Inside the container the host's path is named but its own group is the root.
+    (tmp_path / "cpu" / "cpu.rt_runtime_us").write_text("0\n")
+    assert cgroup_rt_runtime("1:cpu:/elsewhere\n", tmp_path) == (
+        tmp_path / "cpu" / "cpu.rt_runtime_us",
+        0,
+    )
+    assert cgroup_rt_runtime("0::/user.slice\n", tmp_path) is None  # cgroup v2
+    with_nice = "Name:\tx\nCapEff:\t0000000000800000\n"
+    assert "its cgroup is what refuses" in realtime_refusal_reason(with_nice, "0::/\n")
+    without = "Name:\tx\nCapEff:\t0000000000000000\n"
+    assert realtime_refusal_reason(without, cgroup).startswith(
+        ": it needs CAP_SYS_NICE or an RLIMIT_RTPRIO"
+    )
