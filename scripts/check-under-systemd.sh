@@ -28,7 +28,7 @@ trap 'pkill -9 -f "systemd --system --unit=burstscope-check.target" 2>/dev/null 
 [ "$(id -u)" = 0 ] || { echo "needs root" >&2; exit 2; }
 [ -x "$VENV/bin/burstscope" ] || {
     /usr/bin/python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q "$HERE[mqtt]"
+    "$VENV/bin/pip" install -q "${HERE}[mqtt]"
 }
 
 units="$WORK/units"

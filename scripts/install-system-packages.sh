@@ -3,7 +3,8 @@
 # server, prometheus-alertmanager for Alertmanager and amtool, mosquitto for MQTT, iproute2 for the veth testbed, tmux for the terminal view,
 # openssl for test certificates, systemd for systemd-analyze, fuse3 for the fault tests'
 # counter files that fail with EIO or EINVAL, slurm-wlm and munge for the Slurm cluster that
-# runs the shipped prolog and epilog) when they are missing and
+# runs the shipped prolog and epilog, mmdebstrap, buildah, podman and runc for the container
+# image) when they are missing and
 # we are root. Anywhere else it says what is missing and leaves the tests to skip.
 set -euo pipefail
 need=()
@@ -18,6 +19,12 @@ command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
 command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || need+=(slurm-wlm)
 command -v munged    >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || need+=(munge)
+# The container image (tests/test_container_image.py): its base from Debian's packages,
+# built with buildah, run with podman and the runc runtime.
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
+command -v buildah   >/dev/null 2>&1 || need+=(buildah)
+command -v podman    >/dev/null 2>&1 || need+=(podman)
+command -v runc      >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || need+=(runc)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "system packages missing: ${need[*]} (not root or no apt-get: integration tests will skip)" >&2
