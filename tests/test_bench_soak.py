@@ -1,5 +1,5 @@
 """bench/soak.py kept from rotting: its trend fit, its bad flags, a failed run's JSON line and
-a 40 s run with every period scaled down through a real agent, Mosquitto and the C loop."""
+a 26 s run with every period scaled down through a real agent, Mosquitto and the C loop."""
 
 from __future__ import annotations
 
@@ -81,10 +81,10 @@ def test_scaled_down_soak_exercises_every_disturbance(tmp_path: Path) -> None:
     if shutil.which("cc") is None:
         integration_unavailable("no C compiler (`cc`): the soak compiles its C reference loop")
     completed = run_soak(
-        *("--duration", "40", "--warmup", "10", "--sample-every", "2", "--storm-every", "15"),
-        *("--storm-size", "10", "--hup-every", "10", "--broker-restart-every", "20"),
-        *("--broker-down", "3", "--c-window", "10", "--retention-bytes", "500kB"),
-        *("--retention-age", "20s", "--piece-seconds", "2", "--keep-logs", str(tmp_path)),
+        *("--duration", "26", "--warmup", "6", "--sample-every", "1", "--storm-every", "8"),
+        *("--storm-size", "10", "--hup-every", "6", "--broker-restart-every", "12"),
+        *("--broker-down", "2", "--c-window", "6", "--retention-bytes", "500kB"),
+        *("--retention-age", "12s", "--piece-seconds", "1", "--keep-logs", str(tmp_path)),
         timeout=300,
     )
     lines = completed.stdout.splitlines()

@@ -248,7 +248,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "disk"
     mount.mkdir()
     result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=384k", "tmpfs", str(mount)], capture_output=True
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True
     )
     if result.returncode != 0:
         integration_unavailable(f"cannot mount a tmpfs: {result.stderr.decode().strip()}")

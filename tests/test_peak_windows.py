@@ -5,7 +5,7 @@ up to 60 s (a 15 s margin). Scaled down tenfold here, through the agent's own co
 arguments: windows of 1.5 s and 7.5 s, a 6 s scrape, the drain every 0.1 s (the agent's
 1 s, scaled alike). Prometheus (Debian's ``prometheus``) scrapes the real agent sampling an
 emulated node; once its scrape schedule is known, the emulated port carries one 60 ms burst
-of a different height early in each of five scrape intervals (the hardest place: the
+of a different height early in each of three scrape intervals (the hardest place: the
 oldest sample a scrape must still cover). The ground truth is the agent's own trace,
 recorded as it sampled, put through the same detectors: ``max_over_time`` of the long
 window's gauge over each scrape interval must equal the trace's 1 ms maximum of it, and the
@@ -41,7 +41,7 @@ DRAIN_S = 1.0 / SCALE  # AGENT_DRAIN_SECONDS, scaled
 # emulated writer shares this process and steps every 0.5 ms, so samples jitter, clipped at
 # 1): that is why the trace, not the height, is the truth. Each burst is 11.4 s before the
 # scrape after next, beyond the 7.5 s window, so no interval's value can be its neighbour's.
-HEIGHTS = (0.2, 0.05, 0.4, 0.1, 0.6)
+HEIGHTS = (0.2, 0.05, 0.4)
 BURST_S = 0.06
 LEAD_S = SCRAPE_S / 10  # the burst starts this long after the interval's scrape
 SERIES = 'burstscope_port_peak_utilization_ratio{device="mlx5_0",direction="transmit"'
