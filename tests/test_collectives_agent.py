@@ -272,19 +272,23 @@ def test_labels_wait_for_the_delay_and_hidden_time_waits_for_its_window(
 ) -> None:
     """Samples ending 1, 2, 3 ms in are saturated under EP (a record covering 0..2 ms) and
     DP (1..10 ms); the 15 s window they are in closes quiet: hidden, once both are known."""
-    from burstscope.collector.collectives.nccl_inspector import parse_span
+    from burstscope.collector.collectives.nccl_inspector import Spans, parse_span
 
     writer = InspectorWriter(tmp_path)
     store = SpanStore()
     store.add(
-        [
-            parse_span(writer.record(Operation("EP", "All2All", BASE_NS, 0, BASE_NS + 2 * MS, 1))),
-            parse_span(
-                writer.record(
-                    Operation("DP", "ReduceScatter", BASE_NS + MS, 0, BASE_NS + 10 * MS, 1)
-                )
-            ),
-        ]
+        Spans.of(
+            [
+                parse_span(
+                    writer.record(Operation("EP", "All2All", BASE_NS, 0, BASE_NS + 2 * MS, 1))
+                ),
+                parse_span(
+                    writer.record(
+                        Operation("DP", "ReduceScatter", BASE_NS + MS, 0, BASE_NS + 10 * MS, 1)
+                    )
+                ),
+            ]
+        )
     )
     labels = CollectiveLabels(store, label_delay_ns=2 * SECOND_NS)
     key = ("mlx5_0", 1, "transmit")

@@ -551,7 +551,7 @@ def test_the_agents_lean_reader_gives_each_records_span_fields(name: str) -> Non
     lean_reader = SpanReader(HERE / f"{name}.log", hostname=HOST)
     lean = []
     while True:
-        lean.extend(lean_reader.read())
+        lean.extend(lean_reader.read().records())
         if lean_reader.caught_up:
             break
     lean_reader.finish()
@@ -587,7 +587,7 @@ def test_the_agents_lean_reader_skips_bad_input_alike(
     reader = SpanReader(path) if cap is None else SpanReader(path, max_object_bytes=cap)
     found = []
     while True:
-        found.extend(reader.read())
+        found.extend(reader.read().records())
         if reader.caught_up:
             break
     reader.finish()
@@ -607,9 +607,9 @@ def _span_split_read(text: bytes, cuts: list[int], read_bytes: int) -> tuple[Any
         for lo, hi in itertools.pairwise([0, *sorted(set(cuts)), len(text)]):
             with path.open("ab") as file:
                 file.write(text[lo:hi])
-            records += reader.read()
+            records += reader.read().records()
             while not reader.caught_up:
-                records += reader.read()
+                records += reader.read().records()
         reader.finish()
         return records, reader.records, reader.other_host, dict(sorted(reader.skipped.items()))
 

@@ -48,7 +48,7 @@ def test_files_of_this_host_are_tailed_as_they_appear_and_grow(
     dumps = tmp_path / "dumps"
     dumps.mkdir()
     tail = DumpDirectoryTail([dumps], HOST)
-    assert tail.poll() == [] and tail.files == 0
+    assert tail.poll().records() == [] and tail.files == 0
     write(dumps / f"{HOST}-pid11.log", record(writer, 0), record(writer, 1))
     # The short name matches a fully qualified one (gethostname differs between systems).
     write(dumps / f"{HOST}.cluster.example-pid12.log", record(writer, 2))
@@ -57,7 +57,7 @@ def test_files_of_this_host_are_tailed_as_they_appear_and_grow(
     (dumps / f"{HOST}-pid15.log").mkdir()  # nor a directory
     assert len(tail.poll()) == 3 and tail.files == 2
     write(dumps / f"{HOST}-pid11.log", record(writer, 5))
-    (grown,) = tail.poll()
+    (grown,) = tail.poll().records()
     assert grown.start_us == (1_781_012_346 * SECOND_NS + 5_000_000) // 1000
     assert tail.records == 4
     assert sum(tail.skipped.values()) == 0
@@ -82,7 +82,7 @@ def test_a_file_that_vanishes_is_dropped_and_its_skips_kept(
         assert len(tail.poll()) == 1
         assert tail.skipped[MALFORMED] == 1
         path.unlink()
-        assert tail.poll() == [] and tail.files == 0
+        assert tail.poll().records() == [] and tail.files == 0
     assert tail.skipped[MALFORMED] == 1
     assert any("is gone" in m for m in caplog.messages)
     # A new process reusing the name is a new file, read from its start.
@@ -96,8 +96,8 @@ def test_a_directory_made_after_the_start_is_found(
     later = tmp_path / "later"
     tail = DumpDirectoryTail([later, tmp_path / "never"], HOST)
     with caplog.at_level(logging.INFO):
-        assert tail.poll() == []
-        assert tail.poll() == []
+        assert tail.poll().records() == []
+        assert tail.poll().records() == []
         later.mkdir()
         write(later / f"{HOST}-pid11.log", record(writer, 0))
         assert len(tail.poll()) == 1
@@ -137,7 +137,7 @@ def test_a_record_cut_short_is_one_skip_when_the_next_begins(
     whole = record(writer, 0)
     write(path, whole[: len(whole) // 2])
     tail = DumpDirectoryTail([tmp_path], HOST)
-    assert tail.poll() == []  # it may still be being written
+    assert tail.poll().records() == []  # it may still be being written
     write(path, "\n", record(writer, 1))
     assert len(tail.poll()) == 1
     assert tail.skipped[MALFORMED] == 1 and tail.skipped[TRUNCATED] == 0

@@ -42,7 +42,8 @@ from burstscope.collector.collectives.nccl_inspector import (
     MALFORMED,
     OVERSIZED,
     TRUNCATED,
-    SpanRecord,
+    SpanKind,
+    Spans,
 )
 from burstscope.collector.collectives.tail import OTHER_HOST, DumpDirectoryTail
 from burstscope.detectors.analyzer import Chunk
@@ -180,31 +181,22 @@ class SpanStore:
         self.placed = 0
         self.skipped: dict[str, int] = {UNPLACED: 0, BAD_TIMES: 0}
 
-    def add(self, records: Sequence[SpanRecord]) -> None:
+    def add(self, spans: Spans) -> None:
         """Records as spans (verbose ones; the others counted as skipped)."""
-        starts: list[int] = []
-        ends: list[int] = []
-        ids: list[int] = []
-        key_ids = self._by_identity
-        for record in records:
-            start, stop = record.start_us, record.stop_us
-            if start is None or stop is None:
-                self.skipped[UNPLACED if start is None and stop is None else BAD_TIMES] += 1
-                continue
-            if stop < start:
-                self.skipped[BAD_TIMES] += 1
-                continue
-            starts.append(start)
-            # A stop in the same microsecond as the start still covers it (join.py's rule).
-            ends.append(max(stop, start + 1))
-            key_id = key_ids.get((record.communicator_id, record.collective))
-            ids.append(self._key_id(record) if key_id is None else key_id)
-        if not starts:
+        start, stop = spans.start_us, spans.stop_us  # 0: none
+        unplaced = int(np.count_nonzero((start == 0) & (stop == 0)))
+        placed = (start != 0) & (stop != 0) & (stop >= start)
+        count = int(np.count_nonzero(placed))
+        self.skipped[UNPLACED] += unplaced
+        self.skipped[BAD_TIMES] += len(spans) - unplaced - count
+        if not count:
             return
-        self.placed += len(starts)
-        new_starts = np.array(starts, dtype=np.int64) * 1000 + self.offset_ns
-        new_ends = np.array(ends, dtype=np.int64) * 1000 + self.offset_ns
-        new_ids = np.array(ids, dtype=np.int64)
+        start, stop = start[placed], stop[placed]
+        new_ids = self._key_ids_of(spans.kinds, spans.kind[placed])
+        self.placed += count
+        new_starts = start * 1000 + self.offset_ns
+        # A stop in the same microsecond as the start still covers it (join.py's rule).
+        new_ends = np.maximum(stop, start + 1) * 1000 + self.offset_ns
         with self._lock:
             starts_all = np.concatenate((self._starts, new_starts))
             ends_all = np.concatenate((self._ends, new_ends))
@@ -237,7 +229,22 @@ class SpanStore:
                 lengths = self._ends - self._starts
                 self._longest = int(lengths.max()) if lengths.size else 0
 
-    def _key_id(self, record: SpanRecord) -> int:
+    def _key_ids_of(self, kinds: Sequence[SpanKind], kind: I64) -> I64:
+        """Each record's key id: a lookup per kind once every kind is classified."""
+        found = [self._by_identity.get((k.communicator_id, k.collective)) for k in kinds]
+        if all(found[index] is not None for index in np.unique(kind).tolist()):
+            return np.array([-1 if f is None else f for f in found], dtype=np.int64)[kind]
+        # A communication not seen yet: record by record, as a new largest group
+        # reclassifies the records after it.
+        ids = []
+        key_ids = self._by_identity
+        for index in kind.tolist():
+            record = kinds[index]
+            key_id = key_ids.get((record.communicator_id, record.collective))
+            ids.append(self._key_id(record) if key_id is None else key_id)
+        return np.array(ids, dtype=np.int64)
+
+    def _key_id(self, record: SpanKind) -> int:
         names = (record.communicator_name,) if record.communicator_name else ()
         communication = Communication(
             record.collective, record.communicator_id, names, record.n_ranks, record.nnodes

@@ -63,13 +63,20 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import msgspec
 import numpy as np
+
+from burstscope.detectors.arrays import I64, B
+
+try:
+    from burstscope.collector.collectives import _spans
+except ImportError:  # built without a C compiler: msgspec reads the lines
+    _spans = None  # type: ignore[assignment]
 
 _LOG = logging.getLogger(__name__)
 
@@ -272,6 +279,73 @@ def _span_times(trace: Any, prefix: str) -> tuple[int | None, int | None]:
     )
 
 
+class SpanKind(NamedTuple):
+    """What the records of one communicator's collective share: a SpanRecord less its times."""
+
+    hostname: str
+    format_version: str
+    communicator_id: str
+    communicator_name: str | None
+    n_ranks: int
+    nnodes: int
+    collective: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Spans:
+    """Records as columns, in the order read: each one's kind and times (``SpanReader``).
+
+    The agent reads a thousand records a second: as columns they cost it a few array
+    operations a poll, where a SpanRecord each cost more than the reading.
+    """
+
+    kinds: tuple[SpanKind, ...]
+    kind: I64  # each record's index in kinds
+    start_us: I64  # SpanRecord.start_us, 0 for None (parse_span reads a 0 as None)
+    stop_us: I64  # SpanRecord.stop_us, the same
+
+    def __len__(self) -> int:
+        return int(self.kind.size)
+
+    def records(self) -> list[SpanRecord]:
+        """Each record as parse_span gives it, in order."""
+        columns = (self.kind.tolist(), self.start_us.tolist(), self.stop_us.tolist())
+        return [
+            SpanRecord._make((*self.kinds[kind], start or None, stop or None))
+            for kind, start, stop in zip(*columns, strict=True)
+        ]
+
+    def chosen(self, keep: B) -> Spans:
+        """The records where ``keep`` is true."""
+        return Spans(self.kinds, self.kind[keep], self.start_us[keep], self.stop_us[keep])
+
+    @classmethod
+    def of(cls, records: Sequence[SpanRecord]) -> Spans:
+        kinds: dict[SpanKind, int] = {}
+        index = [kinds.setdefault(SpanKind(*record[:7]), len(kinds)) for record in records]
+        return cls(
+            tuple(kinds),
+            np.array(index, dtype=np.int64),
+            np.array([r.start_us or 0 for r in records], dtype=np.int64),
+            np.array([r.stop_us or 0 for r in records], dtype=np.int64),
+        )
+
+    @classmethod
+    def joined(cls, parts: Sequence[Spans]) -> Spans:
+        """One after the other, in one set of columns."""
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return cls.of(())
+        offsets = np.cumsum([0, *(len(part.kinds) for part in parts[:-1])]).tolist()
+        return cls(
+            tuple(kind for part in parts for kind in part.kinds),
+            np.concatenate([p.kind + offset for p, offset in zip(parts, offsets, strict=True)]),
+            np.concatenate([part.start_us for part in parts]),
+            np.concatenate([part.stop_us for part in parts]),
+        )
+
+
 class _Record(Protocol):
     @property
     def hostname(self) -> str: ...
@@ -326,8 +400,8 @@ class _Reader(Generic[R]):
         self._after_newline = True  # the last byte taken ended a line (or none was taken)
         self._said: set[str] = set()
 
-    def read(self) -> list[R]:
-        """The records completed since the last read (from at most ``read_bytes`` new bytes)."""
+    def _take(self) -> bytes:
+        """The file's bytes since the last read (at most ``read_bytes``)."""
         try:
             with self.path.open("rb") as file:
                 status = os.fstat(file.fileno())
@@ -343,9 +417,9 @@ class _Reader(Generic[R]):
                 self.caught_up = self.position + len(data) >= status.st_size
         except FileNotFoundError:
             self.caught_up = True
-            return []
+            return b""
         self.position += len(data)
-        return self._feed(data)
+        return data
 
     def finish(self) -> None:
         """The writer is done: an object left incomplete at the end is a truncated skip."""
@@ -461,18 +535,21 @@ class _Reader(Generic[R]):
 
     def _keep(self, record: R, out: list[R]) -> None:
         self.records += 1
-        if record.format_version not in FORMAT_VERSIONS:
-            self._say_once(
-                f"version {record.format_version}",
-                "%s: format version %s is not one this reader was written for (%s)",
-                self.path,
-                record.format_version,
-                ", ".join(sorted(FORMAT_VERSIONS)),
-            )
+        self._check_version(record.format_version)
         if self.hostname is not None and not same_host(record.hostname, self.hostname):
             self.other_host += 1
             return
         out.append(record)
+
+    def _check_version(self, version: str) -> None:
+        if version not in FORMAT_VERSIONS:
+            self._say_once(
+                f"version {version}",
+                "%s: format version %s is not one this reader was written for (%s)",
+                self.path,
+                version,
+                ", ".join(sorted(FORMAT_VERSIONS)),
+            )
 
     def _skip(self, kind: str, detail: str) -> None:
         self.skipped[kind] += 1
@@ -497,6 +574,10 @@ class _Reader(Generic[R]):
 
 class InspectorReader(_Reader[InspectorRecord]):
     """A dump file's records whole (``parse_record``): what ``report`` reads."""
+
+    def read(self) -> list[InspectorRecord]:
+        """The records completed since the last read (from at most ``read_bytes`` new bytes)."""
+        return self._feed(self._take())
 
     def _parse(self, document: object) -> InspectorRecord:
         return parse_record(document)
@@ -589,21 +670,25 @@ def _span_of(typed: _Span) -> SpanRecord:
 
 
 class SpanReader(_Reader[SpanRecord]):
-    """A dump file's records as spans (``parse_span``): what the running agent reads.
+    """A dump file's records as spans (``parse_span``), in columns: what the running agent reads.
 
-    The usual read is the new bytes up to the last newline, whole objects one after the
-    other: msgspec decodes them into typed records in one call, taking only a span's fields
-    and checking each as parse_span does. Anything else (an object cut or malformed, bytes
-    between objects, an object too long, a record parse_span refuses) is read again by the
-    general path, which finds object boundaries and counts each skip.
+    The usual read is the new bytes up to the last newline, whole objects one a line. The
+    compiled reader (``_spans.c``, built with the package where a C compiler is) takes the
+    compact lines the plugin writes into columns in one call; msgspec, where it is not built
+    or declines, decodes them into typed records holding only a span's fields, checked as
+    parse_span checks them. Anything else (an object cut or malformed, bytes between
+    objects, an object too long, a record parse_span refuses) is read again by the general
+    path, which finds object boundaries and counts each skip.
     """
 
     def _parse(self, document: object) -> SpanRecord:
         return parse_span(document)
 
-    def _feed(self, data: bytes) -> list[SpanRecord]:
+    def read(self) -> Spans:
+        """The records completed since the last read (from at most ``read_bytes`` new bytes)."""
+        data = self._take()
         if self._discarding or not data or not (self._pending or self._after_newline):
-            return super()._feed(data)
+            return Spans.of(self._feed(data))
         buffer = self._pending + data
         cut = buffer.rfind(b"\n") + 1
         rest = buffer[cut:]
@@ -613,27 +698,75 @@ class SpanReader(_Reader[SpanRecord]):
             or (rest and not rest.startswith(b"{"))
             or len(rest) > self.max_object_bytes
         ):
-            return super()._feed(data)
+            return Spans.of(self._feed(data))
+        spans = compiled_spans(buffer, cut, self.max_object_bytes)
+        if spans is None:
+            spans = self._typed(buffer, cut)
+        if spans is None:
+            return Spans.of(self._feed(data))
+        self._pending = rest
+        self._after_newline = not rest
+        return self._keep_all(spans)
+
+    def _typed(self, buffer: bytes, cut: int) -> Spans | None:
+        """``buffer[:cut]`` decoded by msgspec, or None where the general path must judge."""
         try:
             # A view: the lines are decoded where they lie, not copied first.
             typed = _SPANS.decode_lines(memoryview(buffer)[:cut])
             records = [_span_of(t) for t in typed]
         except ValueError:  # msgspec's DecodeError and ValidationError too
-            return super()._feed(data)
+            return None
         # One object per object start ("{" at a line start), none longer than the cap: as
         # the general path would have cut them. Compact dumps, the usual, are told by one
         # object per line and no blank line: two quick scans.
         compact = buffer.count(b"\n", 0, cut) == len(records) and buffer.find(b"\n\n", 0, cut) < 0
         if not compact and buffer.count(b"\n{", 0, cut) + 1 != len(records):
-            return super()._feed(data)
+            return None
         if cut > self.max_object_bytes and _longest(buffer, cut, compact) > self.max_object_bytes:
-            return super()._feed(data)
-        out: list[SpanRecord] = []
-        for record in records:
-            self._keep(record, out)
-        self._pending = rest
-        self._after_newline = not rest
-        return out
+            return None
+        return Spans.of(records)
+
+    def _keep_all(self, spans: Spans) -> Spans:
+        """``_keep`` for every record at once: counted, versions said, other hosts' left out."""
+        self.records += len(spans)
+        for kind in spans.kinds:
+            self._check_version(kind.format_version)
+        if self.hostname is None:
+            return spans
+        other = [not same_host(kind.hostname, self.hostname) for kind in spans.kinds]
+        if not any(other):
+            return spans
+        left_out = np.array(other, dtype=bool)[spans.kind]
+        self.other_host += int(left_out.sum())
+        return spans.chosen(~left_out)
+
+
+def compiled_reader_built() -> bool:
+    """Whether the compiled reader of compact lines (``_spans.c``) was built at install."""
+    return _spans is not None
+
+
+def compiled_spans(buffer: bytes, cut: int, max_object_bytes: int) -> Spans | None:
+    """The lines of ``buffer[:cut]`` read by the compiled reader; None where it is not
+    built or declines (a line not as the plugin writes it, or longer than the cap)."""
+    if _spans is None:
+        return None
+    found = _spans.scan(memoryview(buffer)[:cut], max_object_bytes)
+    if found is None:
+        return None
+    kinds, columns = found
+    # Each line's kind, start and stop; a copy, so each column is one block.
+    table = np.frombuffer(columns, dtype=np.int64).reshape(-1, 3).T.copy()
+    return Spans(
+        tuple(
+            # The plugin writes "unknown" for a communicator without a name, as parse_span.
+            SpanKind(host, version, id_, None if name in ("", "unknown") else name, n, nodes, op)
+            for host, version, id_, name, n, nodes, op in kinds
+        ),
+        table[0],
+        table[1],
+        table[2],
+    )
 
 
 def _longest(buffer: bytes, cut: int, compact: bool) -> int:

@@ -10,7 +10,7 @@ delete them while they are read: a file that vanishes is dropped with its reader
 appears gets one, and a directory that does not exist yet is looked for again at every poll
 (the job makes it when it starts).
 
-Memory is bounded: each file's reader (``SpanReader``: each record as the fields of its span)
+Memory is bounded: each file's reader (``SpanReader``: the records as columns of their spans)
 holds at most one incomplete object, at most ``max_files`` files are tailed at once, and a
 poll takes at most ``poll_bytes`` from each. Records are handed to the caller and not kept.
 Nothing here raises on what it reads: bad objects are the readers' counted skips (by kind),
@@ -30,7 +30,7 @@ from pathlib import Path
 from burstscope.collector.collectives.nccl_inspector import (
     DEFAULT_READ_BYTES,
     SpanReader,
-    SpanRecord,
+    Spans,
     same_host,
 )
 
@@ -85,20 +85,23 @@ class DumpDirectoryTail:
             total[OTHER_HOST] += reader.other_host
         return total
 
-    def poll(self) -> list[SpanRecord]:
+    def poll(self) -> Spans:
         """This host's records completed since the last poll, file by file."""
         self._follow()
-        out: list[SpanRecord] = []
+        out: list[Spans] = []
         for reader in list(self._readers.values()):
             taken = 0
             while taken < self.poll_bytes:
                 before = reader.position
-                out.extend(reader.read())
+                spans = reader.read()
+                if len(spans):
+                    out.append(spans)
                 taken += max(0, reader.position - before)
                 if reader.caught_up or reader.position == before:
                     break
-        self.records += len(out)
-        return out
+        spans = Spans.joined(out)
+        self.records += len(spans)
+        return spans
 
     def close(self) -> None:
         """Drop every reader (their counts are kept)."""
