@@ -49,6 +49,16 @@ DEFAULT_STAT_PATTERN = (
     r"(rx|tx)_prio\d+_(pause|pause_duration|bytes)"
     r"|(rx|tx)_bytes_phy|(rx|tx)_pause_ctrl_phy|rx_discards_phy"
 )
+# What the PFC watchdog polls at 10 Hz (collector.pfc_watchdog): pause frames and durations
+# per priority, nothing else. GSTATS still makes the driver update every stat it has (mlx5:
+# mlx5e_ethtool_get_ethtool_stats, en_ethtool.c, runs mlx5e_stats_update under the state
+# lock, each counter group's update a firmware query), but only these are decoded and kept.
+# No cheaper path gives them: ETHTOOL_MSG_PAUSE_GET's statistics (net/ethtool/pause.c,
+# ETHTOOL_A_PAUSE_STAT_{TX,RX}_FRAMES) count IEEE 802.3x global pause frames only: no
+# priority, no duration; DCB's IEEE_GET PFC (mlx5e_dcbnl_ieee_getpfc, en_dcbnl.c) returns
+# per-priority frames from the driver's cached stats, no duration. Neither can tell a
+# stuck lossless priority apart.
+PAUSE_STAT_PATTERN = r"(rx|tx)_prio\d+_pause(_duration)?"
 # Stats that are values, not counters (veth_get_ethtool_stats, drivers/net/veth.c).
 _GAUGES = frozenset({"peer_ifindex"})
 
@@ -220,6 +230,16 @@ class EthtoolSource:
             spec = None if stat in _GAUGES else RESETTING_64
             readings.append(SlowReading(device, self.port, stat, values[index], spec))
         return readings
+
+    def pause_counters(self) -> EthtoolSource:
+        """The per-priority pause counters alone, for the PFC watchdog's fast poll."""
+        return EthtoolSource(
+            self.interface,
+            PAUSE_STAT_PATTERN,
+            self.device,
+            self.port,
+            name=f"pfc-watchdog:{self.interface}",
+        )
 
     def close(self) -> None:
         if self._stats is not None:

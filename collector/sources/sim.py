@@ -204,6 +204,12 @@ class SimSlowSource:
     def close(self) -> None:
         self._model = None
 
+    def pause_counters(self) -> SlowSource:
+        """The simulated PFC pause counters alone, for the PFC watchdog's fast poll."""
+        from burstscope.collector.sources.sim_pause import SimPauseSource
+
+        return SimPauseSource(self.seed, self.zero_monotonic_ns)
+
 
 def from_spec(argument: str | None, options: SourceOptions) -> SimSource:
     """``sim``, ``sim:PROFILE`` or ``sim:PROFILE:SEED``."""
