@@ -48,6 +48,7 @@ from burstscope.collector.web_config import (
     load_web_config,
 )
 from burstscope.detectors.config import Thresholds
+from burstscope.detectors.silence import SilenceWatch
 from burstscope.errors import UsageError
 from burstscope.logging_journal import setup_logging as setup_journal_logging
 from burstscope.logging_journal import stderr_is_journal
@@ -349,6 +350,7 @@ class Agent:
             raise UsageError(str(exc)) from None
         if self.jobs is not None:
             self.pipeline.jobs = self.jobs.table
+            self.pipeline.silence = SilenceWatch(int(settings.jobs.silence_seconds * 1e9))
 
     def _start_jobs(self) -> None:
         """The watcher's thread, and the trace's side table of which job held which port

@@ -20,6 +20,7 @@ from burstscope.collector.jobs.slurm import DEFAULT_DIRECTORY as DEFAULT_SLURM_D
 from burstscope.collector.jobs.slurm import SlurmJobs
 from burstscope.collector.jobs.watcher import JobWatcher
 from burstscope.collector.sources.base import PortSpec
+from burstscope.detectors.silence import DEFAULT_SILENCE_SECONDS
 
 DEFAULT_PROC_ROOT = "/proc"  # where the NVIDIA driver's gpus/ folder is
 # [jobs] keys handed to the Kubernetes source without their prefix.
@@ -40,6 +41,8 @@ class JobSettings:
     enabled: bool = True
     slurm_dir: str = DEFAULT_SLURM_DIR
     slurm_max_age_seconds: float | None = None  # None: the Slurm source's default
+    # A port silent this long under the jobs it served is reported (detectors.silence).
+    silence_seconds: float = DEFAULT_SILENCE_SECONDS
     kubelet_socket: str = DEFAULT_KUBELET_SOCKET
     # Options passed to the Kubernetes source as given ([jobs] kubernetes_* keys).
     kubernetes: tuple[tuple[str, Any], ...] = ()
@@ -71,6 +74,7 @@ def job_settings(config_get: Any, args: Any) -> JobSettings:
         enabled=bool(enabled),
         slurm_dir=pick("slurm_jobs_dir", "slurm_dir", DEFAULT_SLURM_DIR),
         slurm_max_age_seconds=config_get("jobs", "slurm_max_age", None),
+        silence_seconds=config_get("jobs", "silence", DEFAULT_SILENCE_SECONDS),
         kubelet_socket=pick("kubelet_socket", "kubelet_socket", DEFAULT_KUBELET_SOCKET),
         kubernetes=kubernetes,
         rdma_resources=tuple(sorted((name, tuple(devs)) for name, devs in resources.items())),

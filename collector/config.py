@@ -11,7 +11,7 @@ Layout (all tables and keys optional; command-line flags override the file)::
     [mqtt]        url, username, password, ca_file, cert_file, key_file, spool_dir,
                   spool_messages, merge_gap, max_events_per_second
     [recording]   path, piece_seconds, max_bytes, max_age
-    [jobs]        enabled, slurm_dir, slurm_max_age, kubelet_socket, kubernetes_api,
+    [jobs]        enabled, slurm_dir, slurm_max_age, silence, kubelet_socket, kubernetes_api,
                   kubernetes_token_file, kubernetes_ca_file, gpu_resources,
                   sriov_resources, shared_rdma_resources, storage_devices, gres_conf,
                   proc_root
@@ -258,6 +258,9 @@ SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
         "slurm_dir": _string,
         # A job file older than this is taken as ended when Slurm cannot be asked.
         "slurm_max_age": _age,
+        # A port that carried a running job's traffic and has moved nothing this long is
+        # silent under the job (detectors.silence): a hung job or a dead path.
+        "silence": _age,
         "kubelet_socket": _string,
         "kubernetes_api": _string,
         "kubernetes_token_file": _readable_file,

@@ -29,6 +29,7 @@ from burstscope.collector.snapshot import (
     DirectionView,
     PortView,
     Snapshot,
+    below_peer_rates,
 )
 from burstscope.collector.sources.base import DATA_RATE_GAUGE
 from burstscope.collector.sources.port_counters import PORT_COUNTER_SPECS
@@ -175,6 +176,12 @@ HELP: dict[str, str] = {
     "counted when its 15 s window closes.",
     "burstscope_job_burst_bytes_total": "Bytes inside bursts that ended on the job's compute "
     "ports, both directions, since the job started here.",
+    "burstscope_port_silent_under_job": "1 while a port that carried traffic for the running "
+    "jobs holding it has moved nothing for [jobs] silence (10 min by default): a hung job or a "
+    "dead path; 0 while it moves. Absent for ports no job holds or the job has not used.",
+    "burstscope_port_below_peers": "1 while a port's line rate is below the fastest of its "
+    "peers on this node (ports of the same device model: a link trained at a lower speed or "
+    "width), else 0. Absent for a port without peers of known rate.",
     "burstscope_collective_class_saturated_seconds_total": "Saturated time of this node's ports, "
     "both directions, by the class of the collectives running then (EP, PP, DP, other: none "
     "of them; none: no record covers it), labelled once [collectives] label_delay passed; a "
@@ -318,6 +325,14 @@ def _job_families(out: _Families, snap: Snapshot) -> None:
             [holding.job_id, holding.device, str(holding.port), holding.role, holding.rule],
             1,
         )
+    for (device, port), since in sorted(snap.silent_since.items()):
+        out.gauge("burstscope_port_silent_under_job", PORT, [device, str(port)], since is not None)
+
+
+def _peer_families(out: _Families, snap: Snapshot) -> None:
+    """One series per port with peers of known rate on this node (detectors.silence)."""
+    for (device, port), fastest in sorted(below_peer_rates(snap).items()):
+        out.gauge("burstscope_port_below_peers", PORT, [device, str(port)], fastest > 0)
 
 
 class BurstscopeCollector(Collector):
@@ -354,6 +369,7 @@ class BurstscopeCollector(Collector):
         self._slow(out, snap)
         self._health(out, snap)
         _job_families(out, snap)
+        _peer_families(out, snap)
         out.gauge("burstscope_scrape_duration_seconds", (), [], self._previous_scrape_seconds)
         out.gauge("burstscope_info", ("version", "source"), [self._version, snap.source], 1)
         families = list(out.families.values())

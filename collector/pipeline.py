@@ -55,6 +55,7 @@ from burstscope.detectors.bursts import Bursts
 from burstscope.detectors.config import DIRECTIONS, Thresholds
 from burstscope.detectors.line_rate import rate_runs
 from burstscope.detectors.live import LiveDirection, cumulative_counts
+from burstscope.detectors.silence import SilenceStarted, SilenceWatch
 
 if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs it
     from burstscope.collector.trace.writer import TraceWriter
@@ -137,6 +138,7 @@ class Pipeline:
         # drain adds its increments to the jobs holding each port then.
         self.jobs: Callable[[], JobTable] | None = None
         self.job_accounts = JobAccounts()
+        self.silence = SilenceWatch()  # the agent sets its threshold ([jobs] silence)
         self.supervisor = Supervisor(self, lambda reason: self.on_fatal(reason))
 
     @property
@@ -263,12 +265,44 @@ class Pipeline:
                 self._reads += cumulative_counts(seconds, TIMING_BUCKETS_SECONDS)
                 self._read_sum += float(seconds.sum())
             if self.jobs is not None:
-                self.job_accounts.add(self.jobs(), self._port_totals())
+                table = self.jobs()
+                self.job_accounts.add(table, self._port_totals())
+                self._watch_silence(table)
         if self.read_cost is None:
             self._judge_reads()
         for spec, direction, bursts in closed:
             for listener in self.listeners:
                 listener(spec, direction, bursts)
+
+    def _watch_silence(self, table: JobTable) -> None:
+        """Each port's bytes and the jobs holding it, to the silence watch (one update a
+        drain, on the wall clock: a port whose reads fail moves nothing either); a port that
+        goes silent or comes back is said once in the log."""
+        ports: dict[tuple[str, int], tuple[int | None, tuple[str, ...]]] = {}
+        for state in self._ports:
+            counts = [state.latest.get(direction) for direction in DIRECTIONS]
+            total = None if None in counts else sum(c for c in counts if c is not None)
+            key = (state.spec.device, state.spec.port)
+            ports[key] = (total, tuple(job.job_id for job in table.jobs_of(*key)))
+        for (device, port), change in self.silence.update(time.time_ns(), ports):
+            if isinstance(change, SilenceStarted):
+                quiet = (time.time_ns() - change.silent_since_ns) / 1e9
+                _LOG.warning(
+                    "%s port %d: silent for %.0f s under job %s, which it carried traffic "
+                    "for: a hung job or a dead path (burstscope_port_silent_under_job)",
+                    device,
+                    port,
+                    quiet,
+                    ", ".join(change.jobs),
+                )
+            else:
+                _LOG.info(
+                    "%s port %d: silence over after %.0f s (%s)",
+                    device,
+                    port,
+                    change.silent_seconds,
+                    change.reason.replace("_", " "),
+                )
 
     def _port_totals(self) -> list[tuple[str, int, int, int, int]]:
         """Each port's cumulative saturated and hidden saturated ns and burst bytes, both
@@ -388,6 +422,7 @@ class Pipeline:
             )
             now = self._views_now_ns
             figures = self.job_accounts.figures() if self.jobs is not None else {}
+            silent_since = self.silence.states() if self.jobs is not None else {}
         jobs = self.jobs() if self.jobs is not None else EMPTY_TABLE
         slow = self.slow.snapshot() if self.slow is not None else None
         recording = self.trace.health() if self.trace is not None else None
@@ -404,6 +439,7 @@ class Pipeline:
             source.devices,
             jobs,
             figures,
+            silent_since,
         )
 
     def _view(self, state: _PortState) -> PortView:

@@ -21,6 +21,7 @@ from burstscope.detectors.analyzer import DirectionAnalyzer
 from burstscope.detectors.config import Thresholds
 from burstscope.detectors.distributions import utilization_quantile
 from burstscope.detectors.live import LiveDirection
+from burstscope.detectors.silence import PeerPort, below_peers
 
 # Sampler lateness and read durations, in seconds: 1 us .. 10 ms.
 TIMING_BUCKETS_SECONDS = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2)
@@ -108,3 +109,23 @@ class Snapshot:
     # totals by job_id; empty where attribution is off or no job runs.
     jobs: JobTable = EMPTY_TABLE
     job_figures: dict[str, JobFigures] = field(default_factory=dict)
+    # Ports that carried traffic for the jobs holding them now (detectors.silence): when a
+    # silent one last moved a byte (wall clock ns), None while it is not silent.
+    silent_since: dict[tuple[str, int], int | None] = field(default_factory=dict)
+
+
+def below_peer_rates(snapshot: Snapshot) -> dict[tuple[str, int], int]:
+    """Each sampled port with peers on this node (ports of its device model, of known rate):
+    the fastest peer's line rate where this port's is below it, else 0 (detectors.silence)."""
+    models = {device.device: device.hca_type for device in snapshot.devices}
+    return below_peers(
+        [
+            PeerPort(
+                (view.spec.device, view.spec.port),
+                models.get(view.spec.device, ""),
+                "",
+                view.spec.line_rate_bytes_per_second,
+            )
+            for view in snapshot.ports
+        ]
+    )

@@ -22,6 +22,11 @@ class PortReading:
     link_downed: int | None = None  # increments since the agent started
     congestion: Mapping[str, int] = field(default_factory=dict)  # name -> increments so far
     saturated_seconds: Mapping[str, float] = field(default_factory=dict)  # by direction
+    # detectors.silence: when a port silent under its jobs last moved a byte; None while
+    # it moves or the question does not apply.
+    silent_since_ns: int | None = None
+    # detectors.silence.below_peers: the fastest peer's rate when this port's is below it.
+    below_peers_rate: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +67,38 @@ class Congestion:
     saturated_seconds: Mapping[str, float]  # by direction, in the same interval
 
 
-Change = StateChange | LinkDowned | RateChange | SaturationStarted | SaturationEnded | Congestion
+@dataclass(frozen=True, slots=True)
+class Silent:
+    """The port carried its running jobs' traffic and has moved nothing since (a hung job or
+    a dead path; detectors.silence)."""
+
+    silent_since_ns: int  # its last byte, wall clock
+
+
+@dataclass(frozen=True, slots=True)
+class SilenceEnded:
+    silent_seconds: float  # from its last byte to the poll that saw the silence end
+
+
+@dataclass(frozen=True, slots=True)
+class BelowPeers:
+    """The port's line rate fell below its peers' on this node (same device model)."""
+
+    rate_bytes_per_second: int
+    peer_rate_bytes_per_second: int  # the fastest peer's
+
+
+Change = (
+    StateChange
+    | LinkDowned
+    | RateChange
+    | SaturationStarted
+    | SaturationEnded
+    | Congestion
+    | Silent
+    | SilenceEnded
+    | BelowPeers
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +121,8 @@ class LinkEventDeriver:
 
     - StateChange / RateChange: the gauge differs from the previous poll;
     - LinkDowned: counters/link_downed went up;
+    - Silent / SilenceEnded: a port went silent under the jobs it served, or moved again;
+    - BelowPeers: a port's line rate fell below its peers' on the node;
     - SaturationStarted / SaturationEnded: a direction's saturated time starts or stops
       growing between polls (one event each per episode, not one per second);
     - Congestion: CNP, ECN, xmit_wait or PFC pause counters went up in an interval that
@@ -100,7 +138,7 @@ class LinkEventDeriver:
         for key, current in sorted(readings.items()):
             before = self.previous.get(key)
             if before is not None:
-                changes = _gauge_changes(before, current)
+                changes = _gauge_changes(before, current, now_ns)
                 changes += self._saturation_changes(key, before, current, now_ns)
                 events += [LinkEvent(key[0], key[1], now_ns, change) for change in changes]
         self.previous = dict(readings)
@@ -136,8 +174,14 @@ class LinkEventDeriver:
         return changes
 
 
-def _gauge_changes(before: PortReading, now: PortReading) -> list[Change]:
+def _gauge_changes(before: PortReading, now: PortReading, now_ns: int) -> list[Change]:
     changes: list[Change] = []
+    if before.silent_since_ns is None and now.silent_since_ns is not None:
+        changes.append(Silent(now.silent_since_ns))
+    elif before.silent_since_ns is not None and now.silent_since_ns is None:
+        changes.append(SilenceEnded((now_ns - before.silent_since_ns) / 1e9))
+    if now.below_peers_rate and not before.below_peers_rate and now.rate_bytes_per_second:
+        changes.append(BelowPeers(now.rate_bytes_per_second, now.below_peers_rate))
     if before.state is not None and now.state is not None and before.state != now.state:
         changes.append(StateChange(before.state, now.state))
     downed_before, downed_now = before.link_downed, now.link_downed

@@ -111,11 +111,14 @@ class SilenceWatch:
             del self._ports[key]  # a port that left (its device went away)
         return changes
 
-    def states(self) -> dict[PortKey, bool]:
-        """Silent or not, for the ports that carried traffic for the jobs holding them now:
-        the ports the silence question applies to (absent for the others)."""
+    def states(self) -> dict[PortKey, int | None]:
+        """For the ports that carried traffic for the jobs holding them now (the ports the
+        question applies to; absent for the others): when a silent port last moved a byte,
+        None for one that is not silent."""
         return {
-            key: watch.silent for key, watch in self._ports.items() if watch.jobs and watch.carried
+            key: watch.last_moved_ns if watch.silent else None
+            for key, watch in self._ports.items()
+            if watch.jobs and watch.carried
         }
 
 

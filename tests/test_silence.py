@@ -3,7 +3,10 @@ detectors scored against silent rails and slow links injected into the simulated
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -17,6 +20,7 @@ from burstscope.detectors.silence import (
     SilenceWatch,
     below_peers,
 )
+from burstscope.testing.emulated_node import running_agent, scrape
 from burstscope.testing.faults_silence import (
     SilentRail,
     inject_silence,
@@ -24,6 +28,9 @@ from burstscope.testing.faults_silence import (
     score_below_peers,
     score_silence,
 )
+from burstscope.testing.processes import wait_until
+from burstscope.testing.slurm_jobs import start_job
+from tests.test_faults import PORT0, write_counter
 
 S = 1_000_000_000
 PORT = ("mlx5_0", 1)
@@ -44,10 +51,10 @@ def test_a_port_that_served_the_job_and_stops_is_silent_after_the_threshold_once
     steps = [(0, 0, JOB), (1, 100, JOB)] + [(t, 100, JOB) for t in range(2, 30)]
     changes = run(watch, steps)
     assert changes == [SilenceStarted(1 * S, JOB)]  # at second 11, once
-    assert watch.states() == {PORT: True}
+    assert watch.states() == {PORT: 1 * S}
     # Traffic again ends it, with how long it lasted.
     assert run(watch, [(31, 150, JOB)]) == [SilenceEnded(30.0, "traffic")]
-    assert watch.states() == {PORT: False}
+    assert watch.states() == {PORT: None}
 
 
 def test_no_job_no_traffic_under_the_job_or_a_new_job_is_not_silence() -> None:
@@ -104,7 +111,7 @@ def test_starts_and_ends_alternate_and_only_under_a_job(
                 silent = False
         if step:
             last_moved = second
-    assert last_moved is None or watch.states().get(PORT, False) == silent
+    assert last_moved is None or (watch.states().get(PORT) is not None) == silent
 
 
 def test_below_peers_compares_ports_of_one_model_and_link_layer() -> None:
@@ -144,3 +151,87 @@ def test_injected_slow_links_are_found_down_to_the_mildest_step() -> None:
     assert (score.found, score.false_alarms) == (2, 0)
     assert score_below_peers(rates, {1: 0.99}).smallest_fraction_found == 0.99
     assert score_below_peers(rates, {}).false_alarms == 0
+
+
+def test_the_agent_reports_a_port_gone_silent_under_its_job_and_its_return(
+    tmp_path: Path, sysfs_copy: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The real agent on a writable fixture tree with a Slurm job holding the node and
+    [jobs] silence = "2s": the port that moved under the job and then stopped is silent
+    (metric 1 and one log line), the ports that never moved are not asked about (absent),
+    and its next bytes end the silence (0)."""
+    caplog.set_level(logging.INFO, logger="burstscope.collector.pipeline")
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    config = tmp_path / "agent.toml"
+    config.write_text('[jobs]\nsilence = "2s"\n')
+    counter = sysfs_copy / PORT0 / "counters" / "port_xmit_data"
+    series = 'burstscope_port_silent_under_job{device="mlx5_0",port="1"}'
+    with running_agent(sysfs_copy, "--slurm-jobs-dir", str(jobs), "--config", str(config)) as (
+        _,
+        url,
+    ):
+        start_job(jobs, 42)
+        assert wait_until(lambda: "burstscope_job_info{" in scrape(url))
+        base = int(counter.read_text())
+        moved = [0]
+
+        def traffic() -> bool:
+            moved[0] += 1000
+            write_counter(counter, f"{base + moved[0]}\n")
+            return f"{series} 0.0" in scrape(url)
+
+        # The job's traffic until the agent has seen the port carry it, then nothing.
+        assert wait_until(traffic)
+        assert wait_until(lambda: f"{series} 1.0" in scrape(url))
+        body = scrape(url)
+        assert body.count("burstscope_port_silent_under_job{") == 1  # only the port that moved
+        write_counter(counter, f"{base + moved[0] + 1000}\n")
+        assert wait_until(lambda: f"{series} 0.0" in scrape(url))
+    said = [r.getMessage() for r in caplog.records if r.name == "burstscope.collector.pipeline"]
+    # Once each way; the seconds depend on when the drains fell (2 s and up).
+    lines = [re.sub(r"after \d+ s|for \d+ s", "N s", m) for m in said if "silen" in m]
+    assert lines == [
+        "mlx5_0 port 1: silent N s under job 42, which it carried traffic for: a hung job "
+        "or a dead path (burstscope_port_silent_under_job)",
+        "mlx5_0 port 1: silence over N s (traffic)",
+    ]
+
+
+def test_link_events_say_when_a_port_goes_silent_comes_back_or_falls_below_its_peers() -> None:
+    from burstscope.collector.mqtt.messages import Identity, link_event_payload
+    from burstscope.detectors.link_events import (
+        BelowPeers,
+        LinkEventDeriver,
+        PortReading,
+        Silent,
+    )
+    from burstscope.detectors.link_events import (
+        SilenceEnded as Ended,
+    )
+
+    deriver = LinkEventDeriver()
+    g400, g200 = 50_000_000_000, 25_000_000_000
+    steps = [
+        PortReading(rate_bytes_per_second=g400, below_peers_rate=0),
+        PortReading(rate_bytes_per_second=g400, silent_since_ns=5 * S),
+        PortReading(rate_bytes_per_second=g400, silent_since_ns=5 * S),  # still: no event
+        PortReading(rate_bytes_per_second=g200, below_peers_rate=g400),
+    ]
+    changes = [
+        [event.change for event in deriver.update({PORT: reading}, (10 + n) * S)]
+        for n, reading in enumerate(steps)
+    ]
+    assert changes[0] == [] and changes[2] == []
+    assert changes[1] == [Silent(5 * S)]
+    assert Ended(8.0) in changes[3] and BelowPeers(g200, g400) in changes[3]
+    identity = Identity("node1", 7, "1.0", 0.0, (PORT,), 0.5)
+    events = deriver.update({PORT: steps[-1]}, 20 * S)
+    assert events == []  # below its peers still: said once
+    payloads = [
+        link_event_payload(identity, event)
+        for event in LinkEventDeriver().update({PORT: steps[0]}, 0)
+        + LinkEventDeriver(previous={PORT: steps[0]}).update({PORT: steps[1]}, S)
+    ]
+    assert [p["kind"] for p in payloads] == ["silent"]
+    assert payloads[0]["silent_since_ns"] == 5 * S

@@ -31,6 +31,7 @@ from burstscope.collector.mqtt.jobs import JobTag, jobs_field
 from burstscope.collector.mqtt.policy import BurstRecord, BurstSummary
 from burstscope.detectors.congestion import is_congestion
 from burstscope.detectors.link_events import (
+    BelowPeers,
     Change,
     Congestion,
     LinkDowned,
@@ -39,6 +40,8 @@ from burstscope.detectors.link_events import (
     RateChange,
     SaturationEnded,
     SaturationStarted,
+    SilenceEnded,
+    Silent,
     StateChange,
 )
 
@@ -173,6 +176,9 @@ _KINDS: dict[type[Change], str] = {
     SaturationStarted: "saturation_started",
     SaturationEnded: "saturation_ended",
     Congestion: "congestion",
+    Silent: "silent",
+    SilenceEnded: "silence_ended",
+    BelowPeers: "below_peers",
 }
 
 
@@ -229,3 +235,11 @@ def readings_from_snapshot(snapshot: Snapshot) -> dict[tuple[str, int], PortRead
         key: PortReading(saturated_seconds=saturated.get(key, {}), **values)
         for key, values in slow.items()
     }
+    from burstscope.collector.snapshot import below_peer_rates
+
+    for key, since in snapshot.silent_since.items():
+        if key in slow:
+            slow[key]["silent_since_ns"] = since
+    for key, fastest in below_peer_rates(snapshot).items():
+        if key in slow:
+            slow[key]["below_peers_rate"] = fastest
