@@ -45,6 +45,7 @@ from burstscope.detectors.fleet import (
 from burstscope.detectors.line_rate import rate_runs
 from burstscope.detectors.scales import peak_envelope
 from burstscope.detectors.synchrony import Synchrony, synchrony
+from burstscope.detectors.throttle import Throttle, ThrottleLimits, classify_direction
 from burstscope.errors import UsageError
 from burstscope.plot_series import PLOT_BUCKET_NS, PlotSeries, Zoom, empty_int
 from burstscope.report_collectives import (
@@ -68,6 +69,8 @@ class DirectionReport:
     plot: PlotSeries
     # Congestion counters recorded beside the samples (empty without slow pieces), by name.
     congestion: tuple[tuple[str, CongestionShare], ...] = ()
+    # Its saturated and long-burst seconds by cause (detectors.throttle); None without any.
+    throttle: Throttle | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,6 +419,7 @@ class _Options:
     thresholds: Thresholds
     plot: bool
     collectives: CollectiveOptions = field(default_factory=CollectiveOptions)
+    throttle: ThrottleLimits = field(default_factory=ThrottleLimits)
 
 
 def analyze_paths(
@@ -425,6 +429,7 @@ def analyze_paths(
     thresholds: Thresholds,
     cluster: Cluster | None = None,
     collectives: CollectiveOptions | None = None,
+    throttle: ThrottleLimits | None = None,
 ) -> Report:
     """Read every trace, feed the detectors, and gather what the views show.
 
@@ -435,7 +440,13 @@ def analyze_paths(
     if line_rate_gbits is not None and not line_rate_gbits > 0:
         raise UsageError(f"--line-rate must be positive, got {line_rate_gbits:g}")
     line_rate = None if line_rate_gbits is None else round(line_rate_gbits * 1e9 / 8)
-    options = _Options(line_rate, thresholds, plot, collectives or CollectiveOptions())
+    options = _Options(
+        line_rate,
+        thresholds,
+        plot,
+        collectives or CollectiveOptions(),
+        throttle or ThrottleLimits(),
+    )
     nodes = map_in(cluster, analyze_trace, [(path, options) for path in paths])
     return merge_nodes(nodes)
 
@@ -514,7 +525,7 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
     for key in sorted(found):
         port = found[key]
         port.finish()
-        port_reports.append(_port_report(port, slow_by_port.get(key, [])))
+        port_reports.append(_port_report(port, slow_by_port.get(key, []), options.throttle))
         assert port.directions is not None
         transmit, receive = port.directions
         port_bursts.append((transmit.analyzer.bursts(), receive.analyzer.bursts()))
@@ -571,7 +582,7 @@ def _extent(ports: list[PortReport]) -> tuple[int, int] | None:
     return min(known_first), max(known_last)
 
 
-def _port_report(port: _Port, slow: list[SlowSeries]) -> PortReport:
+def _port_report(port: _Port, slow: list[SlowSeries], limits: ThrottleLimits) -> PortReport:
     assert port.directions is not None
     directions = []
     for name, direction in zip(DIRECTIONS, port.directions, strict=True):
@@ -592,12 +603,15 @@ def _port_report(port: _Port, slow: list[SlowSeries]) -> PortReport:
             for series in slow
             if series.spec is not None and congestion_direction(series.name) == name
         )
+        bursts = analyzer.bursts()
+        throttle = classify_direction(name, saturated, bursts.start_ns, bursts.end_ns, slow, limits)
         directions.append(
             DirectionReport(
                 direction=name,
                 summary=summary,
                 plot=direction.plot,
                 congestion=congestion,
+                throttle=throttle if throttle.judged else None,
             )
         )
     return PortReport(

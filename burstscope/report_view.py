@@ -15,6 +15,7 @@ from burstscope.detectors.analyzer import Summary
 from burstscope.detectors.config import NS_PER_SECOND, Thresholds
 from burstscope.detectors.congestion import CongestionShare
 from burstscope.detectors.contrast import contrast
+from burstscope.detectors.throttle import CAUSES, DIRECTION_CAUSES, Throttle
 from burstscope.fitting import print_fitted
 from burstscope.report_collectives_view import collectives_json, print_collectives
 from burstscope.report_jobs import JobReport, RoleTotals
@@ -120,6 +121,7 @@ def direction_json(port: PortReport, direction: DirectionReport) -> dict[str, An
             }
             for name, share in direction.congestion
         },
+        "throttle": throttle_json(direction.direction, direction.throttle),
         "verdict": verdict(summary),
         "warnings": list(port.warnings) + direction_warnings(summary),
     }
@@ -128,8 +130,30 @@ def direction_json(port: PortReport, direction: DirectionReport) -> dict[str, An
 # The shape of `report --json` and `demo --json` (docs/report.md#json-outputs): 1 was
 # 0.1.0's, without this key; 2 adds fraction_busy (fraction_above_25pct goes next release);
 # 3 adds jobs (the trace's job table, grouped by job); 4 adds collectives (the records of
-# NCCL's Inspector and PyTorch traces joined to the samples).
-SCHEMA_VERSION = 4
+# NCCL's Inspector and PyTorch traces joined to the samples); 5 adds each direction's
+# throttle (its saturated and long-burst seconds by cause, detectors/throttle.py).
+SCHEMA_VERSION = 5
+
+
+def throttle_json(direction: str, throttle: Throttle | None) -> dict[str, Any] | None:
+    """Seconds and share per cause this direction can have; None where no congestion
+    counter was recorded (nothing to judge by)."""
+    if throttle is None:
+        return None
+    counts = throttle.counts
+    document: dict[str, Any] = {
+        "seconds": counts.total,
+        "causes": {
+            cause: {
+                "seconds": counts.seconds[CAUSES.index(cause)],
+                "share": _round(counts.share(cause)),
+            }
+            for cause in DIRECTION_CAUSES[direction]
+        },
+    }
+    if direction == "transmit":
+        document["credit_judged_by"] = "stalled_time" if throttle.stalled_time else "presence"
+    return document
 
 
 def to_json(report: Report) -> dict[str, Any]:
@@ -435,6 +459,9 @@ def print_table(report: Report, console: Console | None = None) -> None:
             line = congestion_line(direction.congestion)
             if line:
                 verdicts.append(f"{_label(port)} {tag}: {escape(line)}")
+            line = throttle_line(direction.direction, direction.throttle)
+            if line:
+                verdicts.append(f"{_label(port)} {tag}: {escape(line)}")
             verdicts += [
                 f"[yellow]{_label(port)} {tag}: warning: {escape(printable(w))}[/]"
                 for w in list(port.warnings) + direction_warnings(summary)
@@ -465,6 +492,9 @@ def print_table(report: Report, console: Console | None = None) -> None:
             "(mean share of one port's burst time that another port also bursts)",
             highlight=False,
         )
+    note = throttle_note(report)
+    if note:
+        console.print(note, highlight=False)
     if report.jobs:
         print_jobs(report.jobs, console)
     if report.collectives:
@@ -473,6 +503,38 @@ def print_table(report: Report, console: Console | None = None) -> None:
         console.print(f"[yellow]warning: {escape(printable(warning))}[/]", highlight=False)
     if report.fleet is not None:
         print_fleet(report.fleet, console)
+
+
+def throttle_line(direction: str, throttle: Throttle | None) -> str | None:
+    """E.g. ``31 saturated or long-burst seconds by cause: pfc 0, ecn 20 (64.5%), ...``;
+    None where no congestion counter was recorded for the direction or it has no such second."""
+    if throttle is None or throttle.counts.total == 0:
+        return None
+    counts = throttle.counts
+    parts = []
+    for cause in DIRECTION_CAUSES[direction]:
+        seconds = counts.seconds[CAUSES.index(cause)]
+        parts.append(
+            f"{cause} {seconds} ({_percent(counts.share(cause))})" if seconds else f"{cause} 0"
+        )
+    return f"{counts.total} saturated or long-burst seconds by cause: " + ", ".join(parts)
+
+
+def throttle_note(report: Report) -> str | None:
+    """What the cause lines rest on, once under the table; None without any."""
+    judged = [(d.direction, d.throttle) for p in report.ports for d in p.directions if d.throttle]
+    if not judged:
+        return None
+    note = (
+        "causes: one per second, pfc before ecn before credit; slow counters are read once "
+        "a second, so a cause can land one second early or late"
+    )
+    if any(name == "transmit" and not t.stalled_time for name, t in judged):
+        note += (
+            "; credit means port_xmit_wait moved at all (its tick is unknown without "
+            "--xmit-wait-tick)"
+        )
+    return note
 
 
 # Left-justified: the names; the rest are figures.

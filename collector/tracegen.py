@@ -8,6 +8,7 @@ storage NIC, from the job's first iteration to its last (SimulatedScheduler).
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,9 +29,16 @@ from burstscope.collector.jobs.model import (
 )
 from burstscope.collector.jobs.spans import JobLog
 from burstscope.collector.simulation.collective_logs import CollectiveLogs
-from burstscope.collector.simulation.congestion import SATURATED
+from burstscope.collector.simulation.congestion import (
+    SATURATED,
+    ThrottleEpisode,
+    episode_counters,
+)
 from burstscope.collector.simulation.model import TrafficModel
 from burstscope.collector.simulation.profiles import PORTS, SECOND, STORAGE_PORT_INDEX
+from burstscope.collector.sources.base import SlowReading
+from burstscope.collector.sources.hw_counters import hw_counter_spec
+from burstscope.collector.sources.port_counters import PORT_COUNTER_SPECS
 from burstscope.collector.sources.sim import sim_slow_readings
 from burstscope.collector.trace import PortColumns, SlowRow, TraceWriter
 from burstscope.detectors.arrays import I64
@@ -100,8 +108,15 @@ class _SlowPolls:
     tick of every second, just after that tick's reads.
     """
 
-    def __init__(self, model: TrafficModel, interval_ns: int, start_wall_ns: int) -> None:
+    def __init__(
+        self,
+        model: TrafficModel,
+        interval_ns: int,
+        start_wall_ns: int,
+        throttle: tuple[ThrottleEpisode, ...] = (),
+    ) -> None:
         self.ports = model.ports
+        self.throttle = throttle
         self.interval_ns = interval_ns
         self.start_wall_ns = start_wall_ns
         self.rates = np.array([p.bytes_per_ns for p in self.ports], dtype=np.float64)[:, None]
@@ -134,8 +149,25 @@ class _SlowPolls:
                 readings = sim_slow_readings(
                     port, float(cumulative[0][number, tick]), float(cumulative[1][number, tick])
                 )
+                if self.throttle:
+                    added = episode_counters(self.throttle, number, when - self.start_wall_ns)
+                    readings = _with_episodes(readings, added)
                 found += [r.as_trace_row(when, rebaseline=first + tick == 0) for r in readings]
         return found
+
+
+def _with_episodes(readings: list[SlowReading], added: dict[str, int]) -> list[SlowReading]:
+    """The background readings with the injected episodes' counts added, by counter name
+    (the pause counters are the episodes' alone: 64-bit ethtool statistics)."""
+    out = [
+        dataclasses.replace(r, value=r.value + added.pop(r.name)) if r.name in added else r
+        for r in readings
+    ]
+    device, port = readings[0].device, readings[0].port
+    for name, value in added.items():
+        spec = PORT_COUNTER_SPECS.get(name) or hw_counter_spec(name)
+        out.append(SlowReading(device, port, name, value, spec))
+    return out
 
 
 # Who submits the simulated jobs: plausible cluster accounts, one per job from the seed.
@@ -218,6 +250,7 @@ def simulate_trace(
     node: NodeTiming | None = None,
     collective_logs: CollectiveLogs | None = None,
     scheduler: SimulatedScheduler | None = None,
+    throttle: tuple[ThrottleEpisode, ...] = (),
 ) -> int:
     """Write ``duration_ns`` of samples (ticks at 0, interval, ... duration) and return the rows.
 
@@ -228,12 +261,13 @@ def simulate_trace(
     ``collective_logs`` gets the collectives issued in each chunk's model time and is closed
     at the end; it must map model time m to m + skew_ns + start_wall_ns + clock_offset_ns
     (wall_offset_ns), as the samples here do; ``scheduler``, with the same mapping, writes
-    the job table as the model's jobs begin and end.
+    the job table as the model's jobs begin and end. ``throttle``: episodes whose counts
+    the slow counters carry on top of the background (collector.simulation.congestion).
     """
     node = node or NodeTiming(model.seed)
     ticks_total = duration_ns // interval_ns + 1
     ports = model.ports
-    slow = _SlowPolls(model, interval_ns, start_wall_ns)
+    slow = _SlowPolls(model, interval_ns, start_wall_ns, throttle)
     rows = 0
     for first in range(0, ticks_total, CHUNK_TICKS):
         count = min(CHUNK_TICKS, ticks_total - first)

@@ -29,7 +29,7 @@ def test_discover_json_has_schema_version_2() -> None:
     assert [p["device"] for p in document["not_sampled"]] == ["mlx5_3"]
 
 
-def test_report_json_has_schema_version_4(tmp_path: Path) -> None:
+def test_report_json_has_schema_version_5(tmp_path: Path) -> None:
     """3: jobs, the trace's job table grouped by job ([] for a trace without one); 4:
     collectives, the records joined to the samples ([] for a trace without records)."""
     trace = tmp_path / "trace"
@@ -38,7 +38,7 @@ def test_report_json_has_schema_version_4(tmp_path: Path) -> None:
     result = burstscope("report", str(trace), "--json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert document["schema_version"] == 4 and document["jobs"] == []
+    assert document["schema_version"] == 5 and document["jobs"] == []
     assert document["collectives"] == []
 
 

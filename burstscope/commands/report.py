@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 from burstscope import invocation
 from burstscope.cluster import dask_cluster, start_local_workers_early
 from burstscope.detectors.config import Thresholds
+from burstscope.detectors.throttle import ThrottleLimits
 from burstscope.errors import UsageError
 
 
@@ -49,6 +51,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="GBITS",
         type=float,
         help="line rate in Gb/s for every port (overrides the trace's line rate column)",
+    )
+    parser.add_argument(
+        "--xmit-wait-tick",
+        metavar="NANOSECONDS",
+        type=float,
+        help="port_xmit_wait's tick on these HCAs (PortSamplesControl.Tick, e.g. from "
+        "perfquery -c; sysfs does not give it): credit-starved seconds are then those "
+        "stalled >= 0.1%% of the time, instead of any tick at all",
     )
     records = parser.add_argument_group(
         "collectives",
@@ -113,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    throttle = _throttle_limits(args.xmit_wait_tick)
     if args.plot is not None:
         # Before any output: a missing plotting library must not cost the whole analysis.
         from burstscope.plot import check_path
@@ -146,7 +157,13 @@ def run(args: argparse.Namespace) -> int:
 
     with dask_cluster(args.workers, args.scheduler) as cluster:
         report = analyze_paths(
-            args.paths, args.line_rate, args.plot is not None, thresholds, cluster, collectives
+            args.paths,
+            args.line_rate,
+            args.plot is not None,
+            thresholds,
+            cluster,
+            collectives,
+            throttle,
         )
     if args.plot is not None:
         from burstscope.plot import fleet_plot_path, write_fleet_plot, write_plot
@@ -167,3 +184,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_table(report)
     return 0
+
+
+def _throttle_limits(tick_ns: float | None) -> ThrottleLimits:
+    if tick_ns is not None and not (math.isfinite(tick_ns) and tick_ns > 0):
+        raise UsageError(f"--xmit-wait-tick {tick_ns:g} must be a positive number of nanoseconds")
+    return ThrottleLimits(xmit_wait_tick_ns=tick_ns)
