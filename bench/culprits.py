@@ -1,0 +1,148 @@
+"""The culprit detectors scored against faults injected into the simulated fleet.
+
+Each detector runs over a clean simulated fleet and over the same fleet with its fault
+injected at known times and magnitudes; the truth is the injection, never a detector's own
+output. Prints ONE JSON line: per detector, precision, recall, the smallest magnitude found
+and the false alarms on the clean fleet, and whether the issue's targets hold (precision
+and recall >= 0.95 at the injected magnitudes; at most one false alarm per detector on a
+clean fleet of ``--nodes`` nodes over ``--hours`` simulated hours).
+
+    .venv/bin/python bench/culprits.py --json [--nodes 24] [--hours 1]
+
+Detectors: silence under a job and links below their peers (detectors.silence).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from burstscope.testing.faults_silence import (
+    SilentRail,
+    inject_silence,
+    node_counters,
+    score_below_peers,
+    score_silence,
+)
+
+TARGET_PRECISION = 0.95
+TARGET_RECALL = 0.95
+MAX_FALSE_ALARMS = 1
+SILENCE_S = 600  # the agent's default [jobs] silence
+RAILS = 8  # training rails of the simulated node; port 8 is its storage NIC
+RAIL_BYTES_PER_SECOND = 50_000_000_000  # 400 Gb/s
+
+
+def silence(nodes: int, seconds: int, seed: int) -> dict[str, Any]:
+    """Every node of the fleet for ``seconds``; half of them lose one rail at a random
+    second at least a threshold before the end. Clean: the same counters, nothing lost."""
+    rng = np.random.default_rng(seed)
+    found = injected = false_alarms = clean_false_alarms = 0
+    delays: list[float] = []
+    for node in range(nodes):
+        counters = node_counters(seed=seed * 1000 + node, seconds=seconds)
+        clean_false_alarms += score_silence(counters, [], SILENCE_S).false_alarms
+        if node % 2:
+            continue
+        at = int(rng.integers(60, seconds - SILENCE_S - 60))
+        faults = [SilentRail(int(rng.integers(0, RAILS)), at)]
+        score = score_silence(inject_silence(counters, faults), faults, SILENCE_S)
+        found += score.found
+        injected += score.injected
+        false_alarms += score.false_alarms
+        delays += score.delays_s
+    return _verdict(
+        found,
+        injected,
+        false_alarms,
+        clean_false_alarms,
+        {"smallest_silence_found_s": min(delays) if delays else None},
+    )
+
+
+def below_peers(nodes: int, seed: int) -> dict[str, Any]:
+    """Per node one rail at a fraction of its peers' rate, from 0.5 (half the lanes or the
+    previous speed grade) to 0.99; clean: every rail at the same rate."""
+    rng = np.random.default_rng(seed)
+    rates = [RAIL_BYTES_PER_SECOND] * RAILS
+    found = injected = false_alarms = 0
+    fractions: list[float] = []
+    for _ in range(nodes):
+        fraction = float(rng.choice([0.5, 0.75, 0.9, 0.99]))
+        score = score_below_peers(rates, {int(rng.integers(0, RAILS)): fraction})
+        found, injected = found + score.found, injected + score.injected
+        false_alarms += score.false_alarms
+        if score.smallest_fraction_found is not None:
+            fractions.append(score.smallest_fraction_found)
+    clean = sum(score_below_peers(rates, {}).false_alarms for _ in range(nodes))
+    return _verdict(
+        found,
+        injected,
+        false_alarms,
+        clean,
+        {"mildest_slowdown_found": max(fractions) if fractions else None},
+    )
+
+
+def _verdict(
+    found: int, injected: int, false_alarms: int, clean: int, extra: dict[str, Any]
+) -> dict[str, Any]:
+    reported = found + false_alarms
+    precision = found / reported if reported else 1.0
+    recall = found / injected if injected else 1.0
+    return {
+        "injected": injected,
+        "found": found,
+        "precision": round(precision, 4),
+        "recall": round(recall, 4),
+        "false_alarms_clean_fleet": clean,
+        **extra,
+        "targets_met": precision >= TARGET_PRECISION
+        and recall >= TARGET_RECALL
+        and clean <= MAX_FALSE_ALARMS,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=24, help="simulated nodes (24)")
+    parser.add_argument("--hours", type=float, default=1.0, help="simulated hours (1)")
+    parser.add_argument("--seed", type=int, default=1, help="the faults' seed (1)")
+    parser.add_argument("--json", action="store_true", help="one JSON line")
+    args = parser.parse_args(argv)
+    if args.nodes < 2:
+        parser.error("--nodes must be at least 2")
+    seconds = int(args.hours * 3600)
+    if seconds < SILENCE_S + 180:
+        parser.error(f"--hours must leave room for a {SILENCE_S} s silence: at least 0.22")
+    started = time.monotonic()
+    detectors = {
+        "silence_under_job": silence(args.nodes, seconds, args.seed),
+        "below_peers": below_peers(args.nodes, args.seed),
+    }
+    result = {
+        "benchmark": "culprits",
+        "nodes": args.nodes,
+        "simulated_seconds": seconds,
+        "detectors": detectors,
+        "targets_met": all(d["targets_met"] for d in detectors.values()),
+        "wall_seconds": round(time.monotonic() - started, 1),
+    }
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        for name, figures in detectors.items():
+            print(f"{name}: {figures}")
+    return 0 if result["targets_met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
