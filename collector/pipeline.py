@@ -49,6 +49,7 @@ from burstscope.collector.snapshot import (
 )
 from burstscope.collector.sources.base import CounterSource, PortSpec, SlowSource
 from burstscope.collector.supervisor import Supervisor
+from burstscope.collector.throttle_live import LiveThrottle
 from burstscope.collector.trace.schema import PortColumns
 from burstscope.detectors.analyzer import Chunk, DirectionAnalyzer
 from burstscope.detectors.bursts import Bursts
@@ -139,6 +140,8 @@ class Pipeline:
         self.jobs: Callable[[], JobTable] | None = None
         self.job_accounts = JobAccounts()
         self.silence = SilenceWatch()  # the agent sets its threshold ([jobs] silence)
+        # Each saturated or long-burst second by its cause (collector.throttle_live).
+        self.throttle = LiveThrottle()
         self.supervisor = Supervisor(self, lambda reason: self.on_fatal(reason))
 
     @property
@@ -253,6 +256,8 @@ class Pipeline:
         with self._lock:
             for index, state in enumerate(self._ports):
                 self._feed_port(state, index, taken, closed)
+            slow = self.slow.snapshot() if self.slow is not None else None
+            self.throttle.observe(slow, self.intake.reader.wall_offset_ns)
             self._generation += 1
             if any(port.timestamp_ns.size for port in taken.columns):
                 self.drained.set()
@@ -386,6 +391,7 @@ class Pipeline:
                 continue
             chunk = state.analyzers[direction].feed(stamps, values, port.rebaseline[piece])
             state.live[direction].update(chunk)
+            self.throttle.feed(state.spec, direction, chunk, state.analyzers[direction])
             for listener in self.chunk_listeners:
                 listener(state.spec, direction, chunk)
             if len(chunk.bursts):
