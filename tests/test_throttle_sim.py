@@ -113,3 +113,35 @@ def test_xmit_wait_tick_must_be_a_positive_number() -> None:
         assert result.returncode == 2, result.stderr
         assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
         assert "--xmit-wait-tick" in result.stderr
+
+
+def _simulate(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "burstscope", "simulate", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+
+
+def test_simulate_injects_episodes_and_writes_their_truth(tmp_path: Path) -> None:
+    trace = tmp_path / "node"
+    result = _simulate("--duration", "65", "--seed", "2", "-o", str(trace), "--throttle-episodes")
+    assert result.returncode == 0, result.stderr
+    lines = [
+        json.loads(line) for line in (trace / "_throttle_episodes.jsonl").read_text().splitlines()
+    ]
+    expected = place_episodes(2, (S // 2, S, 2 * S, 5 * S), tuple(range(8)), 65 * S)
+    assert [(r["device"], r["direction"], r["cause"], r["duration_ns"]) for r in lines] == [
+        (f"mlx5_{e.port}", e.direction, e.cause, e.duration_ns) for e in expected
+    ]
+    assert lines[0]["start_ns"] == expected[0].start_ns + 1_704_067_200 * S
+    # Too short to hold them, or a live tree: one line, status 2, nothing written.
+    for bad in (
+        ["--duration", "30", "-o", str(tmp_path / "short"), "--throttle-episodes"],
+        ["--sysfs", str(tmp_path / "tree"), "--throttle-episodes"],
+    ):
+        result = _simulate(*bad)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert "--throttle-episodes" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "short").exists() and not (tmp_path / "tree").exists()

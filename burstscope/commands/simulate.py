@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import signal
@@ -16,6 +17,13 @@ from burstscope.collector.sampler import parse_interval
 from burstscope.collector.simulation.collective_logs import (
     DEFAULT_DUMP_INTERVAL_US,
     CollectiveLogs,
+)
+from burstscope.collector.simulation.congestion import (
+    EPISODE_SECONDS,
+    EPISODES_FILE,
+    ThrottleEpisode,
+    episode_record,
+    place_episodes,
 )
 from burstscope.collector.simulation.model import TrafficModel
 from burstscope.collector.simulation.profiles import DEFAULT_PROFILE, PROFILES, profile_named
@@ -75,6 +83,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         "mlx5_8 for storage",
     )
     parser.add_argument(
+        "--throttle-episodes",
+        action="store_true",
+        help="with -o: inject throttling episodes into the slow counters of the eight rails: "
+        "PFC pauses, ECN/CNP and credit waits (transmit), PFC and ECN (receive), each of "
+        "0.5, 1, 2 and 5 s at times drawn from --seed, at least 3 s apart on a port direction "
+        "(needs --duration 65 or more); the ground truth goes to PATH/_throttle_episodes.jsonl",
+    )
+    parser.add_argument(
         "--inspector-dump-interval",
         default=str(DEFAULT_DUMP_INTERVAL_US),
         metavar="MICROSECONDS",
@@ -128,6 +144,8 @@ def _validated(args: argparse.Namespace) -> TrafficModel:
 def run(args: argparse.Namespace) -> int:
     model = _validated(args)
     if args.sysfs is not None:
+        if args.throttle_episodes:
+            raise UsageError("--throttle-episodes writes a trace: use it with -o PATH")
         return _run_sysfs(args, model)
     if args.duration is None:
         raise UsageError("-o needs --duration SECONDS (how much traffic to simulate)")
@@ -136,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     start_ns = _start_ns(args.start)
+    episodes = _episodes(args, round(args.duration * 1e9))
     dump_interval_us = _dump_interval(args.inspector_dump_interval)
     path = Path(args.output)
     try:
@@ -170,7 +189,10 @@ def run(args: argparse.Namespace) -> int:
             node=node,
             collective_logs=logs,
             scheduler=scheduler,
+            throttle=episodes,
         )
+        if episodes:
+            _write_episodes(path, episodes, model, start_ns)
     except TraceError as exc:
         raise UsageError(str(exc)) from None
     elapsed = time.perf_counter() - began
@@ -184,6 +206,35 @@ def run(args: argparse.Namespace) -> int:
             f"records per log kind in {logs.root}; {scheduler.jobs} jobs in the job table"
         )
     return 0
+
+
+def _episodes(args: argparse.Namespace, duration_ns: int) -> tuple[ThrottleEpisode, ...]:
+    if not args.throttle_episodes:
+        return ()
+    lengths = tuple(round(s * 1e9) for s in EPISODE_SECONDS)
+    try:
+        return place_episodes(args.seed, lengths, tuple(range(8)), duration_ns)
+    except ValueError:
+        raise UsageError(
+            f"--throttle-episodes needs a longer --duration than {args.duration:g} s: "
+            "every cause's episodes of 0.5-5 s, 3 s apart, on each port direction"
+        ) from None
+
+
+def _write_episodes(
+    path: Path, episodes: tuple[ThrottleEpisode, ...], model: TrafficModel, start_ns: int
+) -> None:
+    """The injected episodes as the trace's ground truth, one JSON object a line."""
+    lines = [
+        json.dumps(
+            episode_record(e, model.ports[e.port].device, model.ports[e.port].port, start_ns)
+        )
+        for e in episodes
+    ]
+    try:
+        (path / EPISODES_FILE).write_text("".join(line + "\n" for line in lines))
+    except OSError as exc:
+        raise TraceError(f"cannot write {str(path / EPISODES_FILE)!r}: {exc.strerror}") from None
 
 
 def _prepare_tree(root: Path) -> None:

@@ -168,3 +168,24 @@ def episode_counters(
         "np_cnp_sent": marked // 2,
         "port_xmit_wait": int(stall_ns) // XMIT_WAIT_TICK_NS,
     }
+
+
+# The issue's magnitudes: what `simulate --throttle-episodes` injects on each port direction.
+EPISODE_SECONDS = (0.5, 1.0, 2.0, 5.0)
+EPISODES_FILE = "_throttle_episodes.jsonl"
+
+
+def episode_record(
+    episode: ThrottleEpisode, device: str, port: int, wall_offset_ns: int
+) -> dict[str, object]:
+    """One episode as the simulated trace's ground truth states it (a JSON object): the port
+    by name, and its start on the trace's wall clock (model time + ``wall_offset_ns``)."""
+    return {
+        "device": device,
+        "port": port,
+        "direction": episode.direction,
+        "cause": episode.cause,
+        "start_ns": episode.start_ns + wall_offset_ns,
+        "duration_ns": episode.duration_ns,
+        "intensity": round(episode.intensity, 6),
+    }
