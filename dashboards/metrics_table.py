@@ -103,6 +103,7 @@ def _families() -> dict[str, tuple[str, list[str]]]:
     collective labels)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
+    import dataclasses
     from types import SimpleNamespace
 
     import numpy as np
@@ -202,17 +203,22 @@ def _families() -> dict[str, tuple[str, list[str]]]:
     snapshot = Snapshot(
         "infiniband",
         0,
-        (port,),
+        # A second port of the same model at half the rate: below its peer (silence.py).
+        (port, dataclasses.replace(port, spec=PortSpec("mlx5_2", 1, 25_000_000_000))),
         health,
         slow,
         Thresholds(),
         RecordingHealth(False, 0, 0, None, 0, 0),
         (UnsampledPort("mlx5_1", 1, "no readable byte counter"),),
-        (DeviceInfo("mlx5_0", "MT_0000000838", "28.39.1002", "MT4129"),),
+        (
+            DeviceInfo("mlx5_0", "MT_0000000838", "28.39.1002", "MT4129"),
+            DeviceInfo("mlx5_2", "MT_0000000838", "28.39.1002", "MT4129"),
+        ),
         JobTable.build(
             [Job("1", SLURM, "user", "name")], [Holding("1", "mlx5_0", 1, COMPUTE, RULE_WHOLE_NODE)]
         ),
         {"1": JobFigures()},
+        {("mlx5_0", 1): None},  # a port the job used, not silent
     )
     collector = BurstscopeCollector(lambda: snapshot, version="0")
     publisher = SimpleNamespace(connected=True, spool_depth=0, dropped=0, published=0)
