@@ -9,7 +9,8 @@ clean fleet of ``--nodes`` nodes over ``--hours`` simulated hours).
 
     .venv/bin/python bench/culprits.py --json [--nodes 24] [--hours 1]
 
-Detectors: silence under a job and links below their peers (detectors.silence).
+Detectors: silence under a job and links below their peers (detectors.silence); rail
+imbalance inside a node (detectors.rails: a slow rail and a light rail, 1 ms samples).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from burstscope.collector.simulation.profiles import LIGHT_RAIL, SLOW_RAIL, RailFault
+from burstscope.testing.faults_rails import score_rails, simulate_rails
 from burstscope.testing.faults_silence import (
     SilentRail,
     inject_silence,
@@ -92,6 +95,43 @@ def below_peers(nodes: int, seed: int) -> dict[str, Any]:
     )
 
 
+RAIL_FAULT_S = 240  # each faulty node's run: a fault from second 30-90 on, 150 s of it at least
+RAIL_FRACTIONS = (0.5, 0.6, 0.7, 0.8)
+
+
+def rails(nodes: int, seconds: int, seed: int) -> dict[str, Any]:
+    """Every node clean for ``seconds`` (its false alarms), then once more with one rail
+    faulty from a random second: even nodes a slow rail (a fraction of its rate), odd
+    nodes a light rail (a fraction of its share), the fraction from RAIL_FRACTIONS."""
+    rng = np.random.default_rng(seed)
+    found = injected = false_alarms = clean = 0
+    mildest: dict[str, float] = {}
+    for node in range(nodes):
+        clean += score_rails(simulate_rails(seed * 1000 + node, seconds), []).false_alarms
+        kind = SLOW_RAIL if node % 2 == 0 else LIGHT_RAIL
+        fault = RailFault(
+            int(rng.integers(0, RAILS)),
+            kind,
+            float(rng.choice(RAIL_FRACTIONS)),
+            int(rng.integers(30, 90)) * 1_000_000_000,
+        )
+        score = score_rails(simulate_rails(seed * 1000 + node, RAIL_FAULT_S, [fault]), [fault])
+        found, injected = found + score.found, injected + score.injected
+        false_alarms += score.false_alarms
+        for fraction in score.fractions_found:
+            mildest[kind] = max(mildest.get(kind, 0.0), fraction)
+    return _verdict(
+        found,
+        injected,
+        false_alarms,
+        clean,
+        {
+            "mildest_slowdown_found": mildest.get(SLOW_RAIL),
+            "mildest_deficit_found": mildest.get(LIGHT_RAIL),
+        },
+    )
+
+
 def _verdict(
     found: int, injected: int, false_alarms: int, clean: int, extra: dict[str, Any]
 ) -> dict[str, Any]:
@@ -127,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     detectors = {
         "silence_under_job": silence(args.nodes, seconds, args.seed),
         "below_peers": below_peers(args.nodes, args.seed),
+        "rails": rails(args.nodes, seconds, args.seed),
     }
     result = {
         "benchmark": "culprits",

@@ -23,7 +23,7 @@ def test_a_small_fleet_prints_one_line_with_every_detectors_scores() -> None:
     lines = completed.stdout.splitlines()
     assert len(lines) == 1, completed.stderr
     result = json.loads(lines[0])
-    assert set(result["detectors"]) == {"silence_under_job", "below_peers"}
+    assert set(result["detectors"]) == {"silence_under_job", "below_peers", "rails"}
     for figures in result["detectors"].values():
         assert figures["injected"] > 0
         assert {"precision", "recall", "false_alarms_clean_fleet", "targets_met"} <= set(figures)

@@ -30,6 +30,7 @@ from burstscope.collector.simulation.profiles import (
     PORTS,
     JobShape,
     Profile,
+    RailFault,
     SimPort,
     profile_named,
 )
@@ -122,9 +123,17 @@ def _interleave(a: npt.NDArray[np.generic], b: npt.NDArray[np.generic]) -> npt.N
 class TrafficModel:
     """A deterministic simulated node: 8 training rails at 400 Gb/s and a 200 Gb/s storage port."""
 
-    def __init__(self, profile: str = DEFAULT_PROFILE, seed: int = 0) -> None:
+    def __init__(
+        self,
+        profile: str = DEFAULT_PROFILE,
+        seed: int = 0,
+        rail_faults: tuple[RailFault, ...] = (),
+    ) -> None:
         self.profile: Profile = profile_named(profile)
         self.seed = seed
+        # Injected rail faults (profiles.RailFault): each iteration gets those in force at
+        # its start; they draw no random numbers, so nothing else about the node changes.
+        self.rail_faults = rail_faults
         self.ports: tuple[SimPort, ...] = PORTS
         self._line = np.array([p.bytes_per_ns for p in PORTS for _ in range(2)], dtype=np.float64)
         self._trickle = self._line * self.profile.trickle
@@ -197,7 +206,8 @@ class TrafficModel:
         checkpoint = start >= self._next_checkpoint
         if checkpoint:
             self._next_checkpoint += self._job.checkpoint_every_ns
-        plan = plan_iteration(self._job, rng, start, checkpoint)
+        faults = tuple(fault for fault in self.rail_faults if fault.active(start))
+        plan = plan_iteration(self._job, rng, start, checkpoint, faults)
         return plan.end_ns, plan
 
     def _append(self, generated: tuple[int, IterationPlan | None]) -> None:

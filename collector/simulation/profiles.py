@@ -43,6 +43,42 @@ PORTS: tuple[SimPort, ...] = (
 )
 
 
+# Kinds of rail fault the simulated node can carry (RailFault).
+SLOW_RAIL = "slow"
+LIGHT_RAIL = "light"
+
+
+@dataclass(frozen=True, slots=True)
+class RailFault:
+    """A training rail that misbehaves from the first iteration starting at or after
+    ``start_ns`` (model time) until the first starting at or after ``end_ns`` (None: on).
+
+    ``slow``: the rail sends at ``fraction`` of the rate it would have (a degraded lane,
+    a link trained at a lower width): the same bytes at a lower peak, for longer.
+    ``light``: the rail carries ``fraction`` of its share of every message and its peers
+    carry the rest evenly (hash polarisation, NCCL using fewer rails), at the usual rates.
+    """
+
+    port: int  # index of a training rail, 0 .. TRAINING_PORTS - 1
+    kind: str  # SLOW_RAIL or LIGHT_RAIL
+    fraction: float  # in (0, 1]
+    start_ns: int = 0
+    end_ns: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < TRAINING_PORTS:
+            raise ValueError(f"rail fault port must be a training rail, got {self.port}")
+        if self.kind not in (SLOW_RAIL, LIGHT_RAIL):
+            raise ValueError(f"rail fault kind must be {SLOW_RAIL!r} or {LIGHT_RAIL!r}")
+        if not 0.0 < self.fraction <= 1.0:
+            raise ValueError(f"rail fault fraction must be in (0, 1], got {self.fraction}")
+
+    def active(self, iteration_start_ns: int) -> bool:
+        return self.start_ns <= iteration_start_ns and (
+            self.end_ns is None or iteration_start_ns < self.end_ns
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class JobShape:
     """One training job's iteration, as seen from one pipeline stage of one node.

@@ -23,12 +23,14 @@ from burstscope.collector.simulation.collectives import (
     SEND,
 )
 from burstscope.collector.simulation.profiles import (
+    LIGHT_RAIL,
     MIN_BURST_NS,
     MIN_GAP_NS,
     PORTS,
     STORAGE_PORT_INDEX,
     TRAINING_PORTS,
     JobShape,
+    RailFault,
 )
 from burstscope.detectors.arrays import F64, I64
 
@@ -43,6 +45,9 @@ _RAIL_SKEW_NS = 150_000
 _MESSAGE_JITTER_NS = 30_000
 # The receive side of a symmetric collective starts a little after the send side.
 _RECEIVE_LAG_NS = (2_000, 20_000)
+# A light rail's shortened messages may last down to this (two 1 ms samples, so one of them
+# lies wholly inside): below MIN_BURST_NS, but the peers' schedule stays resolvable.
+_LIGHT_MIN_NS = 2_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,10 +330,39 @@ def _durations(size: F64, rate: F64) -> I64:
     return np.maximum(duration, MIN_BURST_NS)
 
 
+def _with_rail_faults(
+    faults: tuple[RailFault, ...], nbytes: F64, rate: F64
+) -> tuple[F64, F64, I64]:
+    """Bytes, rates and durations of the rails' items (rails x events) with ``faults``: a
+    slow rail's rate scaled down (same bytes, longer), a light rail's bytes scaled down and
+    the difference spread over its peers. A light rail's message keeps its rate unless it
+    would last under _LIGHT_MIN_NS; then it is slowed to last that long with its bytes."""
+    nbytes, rate = nbytes.copy(), rate.copy()
+    floor = np.full((TRAINING_PORTS, 1), MIN_BURST_NS, dtype=np.int64)
+    for fault in faults:
+        if fault.kind == LIGHT_RAIL:
+            moved = nbytes[fault.port] * (1.0 - fault.fraction)
+            nbytes[fault.port] -= moved
+            peers = np.arange(TRAINING_PORTS) != fault.port
+            nbytes[peers] += moved / (TRAINING_PORTS - 1)
+            floor[fault.port] = _LIGHT_MIN_NS
+            rate[fault.port] = np.minimum(rate[fault.port], nbytes[fault.port] / _LIGHT_MIN_NS)
+        else:
+            rate[fault.port] *= fault.fraction
+    duration = np.maximum(np.ceil(nbytes / rate).astype(np.int64), floor)
+    return nbytes, rate, duration
+
+
 def plan_iteration(
-    shape: JobShape, rng: np.random.Generator, start_ns: int, checkpoint: bool
+    shape: JobShape,
+    rng: np.random.Generator,
+    start_ns: int,
+    checkpoint: bool,
+    rail_faults: tuple[RailFault, ...] = (),
 ) -> IterationPlan:
-    """The wire items of one iteration starting at ``start_ns`` on every channel."""
+    """The wire items of one iteration starting at ``start_ns`` on every channel;
+    ``rail_faults``: the rail faults in force for it (profiles.RailFault). They draw nothing
+    from ``rng``, so the rest of the node is the same with or without them."""
     chain = _chain_for(shape)
     gap = np.asarray(chain.gap, dtype=np.int64)
     wait = np.asarray(chain.wait, dtype=np.int64)
@@ -353,7 +387,10 @@ def plan_iteration(
             arrival += rng.integers(*_RECEIVE_LAG_NS, size=shape2)
         nbytes = size[chosen] * rng.lognormal(0.0, spread[chosen], size=shape2)
         rate = _rates(low[chosen], high[chosen], shape2, rng) * line
-        duration = _durations(nbytes, rate)
+        if rail_faults:
+            nbytes, rate, duration = _with_rail_faults(rail_faults, nbytes, rate)
+        else:
+            duration = _durations(nbytes, rate)
         start, end = fifo(arrival.astype(np.int64), duration)
         # A FIFO keeps each rail's items in chain order: item j is the j-th chosen event.
         event = np.flatnonzero(chosen).astype(np.int64)

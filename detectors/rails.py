@@ -1,0 +1,328 @@
+"""Rail imbalance inside a node: each step's bytes, peak and burst time per training rail, side
+by side, and the rails that carry clearly less than their peers or drain slower.
+
+A node's training rails (one NIC per GPU) carry equal shares of a synchronous job's
+collectives: NCCL stripes every collective over all of them. A rail that carries clearly
+less than its peers (hash polarisation of the flows, NCCL falling back to fewer rails) or
+that moves its share at a clearly lower peak (a degraded lane, a link trained at a lower
+width) slows every step of the job, and a 15 s average hides both.
+
+Definitions (the choices, in one place):
+
+* **Step.** One period of the job, found by detectors.periodicity over the node's training
+  rails' bursts (both directions). The steps are phased at the quietest point of the folded
+  traffic, so a step's bursts are not cut at its edges; only whole steps inside the series
+  count. The period is found anew in each minute (``SEGMENT_NS``): a job ends, a slowed
+  rail stretches the step. Where it does not repeat (no job, a minute the step changed in)
+  a step is a fixed window instead (the report: 1 s); the agent, which judges live, uses
+  its 15 s windows, several steps each.
+* **Per step and rail** (one direction): bytes, the peak 1 ms utilization, and the time in
+  bursts (detectors.bursts: runs above the burst threshold). Traffic is gathered in
+  ``BIN_NS`` bins first (RailBins), so a report holds 100 values a second per port
+  direction, not 1,000.
+* **Peers.** Only training rails of one kind compare: the caller groups the rails (same
+  device model or line rate, the storage NIC left out by its job role); a group needs at
+  least ``MIN_PEERS`` + 1 rails, and each rail is judged against the median of the others.
+* **Judged step.** The peers' median peak reaches the burst threshold: a step in which the
+  job moved. Idle steps and idle nodes are never judged.
+* **Light.** The rail's bytes are under ``light_below`` (0.85) x the peers' median.
+* **Slow.** The rail's peak is under ``slow_peak_below`` (0.85) x the peers' median and its
+  drain time (bytes / peak: how long the step's bytes take at the rail's own peak) over
+  ``slow_drain_above`` (1.15) x theirs: it bursts longer at a lower peak. The drain time, not
+  the burst time, decides: a rail at half its rate runs at or under 0.5 of line rate, under
+  the burst threshold, so its burst time falls instead of rising. The burst time is shown.
+  Light is tested first: a rail that carries less is light, whatever its peak.
+* **Verdict.** A rail is imbalanced over a stretch when ``needed`` (4) of ``stretch`` (5)
+  consecutive judged steps found it so, of one kind; one odd step never is.
+
+Pure numpy: no clock, no files. Scores against injected faults: burstscope.testing.faults_rails.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from burstscope.detectors.arrays import F64, I64, B
+from burstscope.detectors.periodicity import burst_series, iteration_period
+
+BIN_NS = 10_000_000
+SEGMENT_NS = 60_000_000_000  # the period is found anew in each minute
+MIN_PEERS = 2  # others a rail is compared with: a median of two at least
+BALANCED, LIGHT, SLOW = 0, 1, 2
+KIND_NAMES = {LIGHT: "light", SLOW: "slow"}
+
+
+@dataclass(frozen=True, slots=True)
+class RailLimits:
+    """When a step's rail is imbalanced, and how many steps make a verdict."""
+
+    light_below: float = 0.85
+    slow_peak_below: float = 0.85
+    slow_drain_above: float = 1.15
+    busy_peak: float = 0.5  # the burst threshold: peers this busy make a judged step
+    stretch: int = 5
+    needed: int = 4
+
+    def __post_init__(self) -> None:
+        if not 0 < self.needed <= self.stretch:
+            raise ValueError("needed must be in 1 .. stretch")
+
+
+@dataclass(slots=True)
+class RailBins:
+    """One port direction's traffic in ``bin_ns`` bins of absolute time: bytes, the peak
+    sample utilization, and the time in bursts. Fed chunk by chunk in time order."""
+
+    bin_ns: int = BIN_NS
+    _bins: list[I64] = field(default_factory=list)
+    _bytes: list[F64] = field(default_factory=list)
+    _peak: list[F64] = field(default_factory=list)
+    _burst_start: list[I64] = field(default_factory=list)
+    _burst_end: list[I64] = field(default_factory=list)
+    _previous_ns: int | None = None
+
+    def feed(
+        self,
+        timestamp_ns: I64,
+        utilization: F64,
+        valid: B,
+        line_rate_bytes_per_second: int,
+        burst_start_ns: I64,
+        burst_end_ns: I64,
+    ) -> None:
+        """One chunk of samples (each interval's end, its utilization, whether it is a
+        measurement) and the bursts it closed; bytes are utilization x rate x interval."""
+        if burst_start_ns.size:
+            self._burst_start.append(np.asarray(burst_start_ns, np.int64))
+            self._burst_end.append(np.asarray(burst_end_ns, np.int64))
+        if timestamp_ns.size == 0:
+            return
+        stamps = np.asarray(timestamp_ns, np.int64)
+        before = stamps[0] if self._previous_ns is None else self._previous_ns
+        self._previous_ns = int(stamps[-1])
+        interval = np.diff(stamps, prepend=np.int64(before))
+        nbytes = np.where(valid, utilization * interval * (line_rate_bytes_per_second / 1e9), 0.0)
+        peak = np.where(valid, utilization, 0.0)
+        index = stamps // self.bin_ns
+        first = np.flatnonzero(np.diff(index, prepend=index[0] - 1))
+        self._bins.append(index[first])
+        self._bytes.append(np.add.reduceat(nbytes, first))
+        self._peak.append(np.maximum.reduceat(peak, first))
+
+    def span(self) -> tuple[int, int] | None:
+        """The first bin fed and one past the last; None before any sample."""
+        if not self._bins:
+            return None
+        return int(self._bins[0][0]), int(self._bins[-1][-1]) + 1
+
+    def grid(self, first_bin: int, bins: int) -> tuple[F64, F64, F64]:
+        """Bytes, peak and burst ns per bin over [first_bin, first_bin + bins)."""
+        nbytes = np.zeros(bins, np.float64)
+        peak = np.zeros(bins, np.float64)
+        if self._bins:
+            index = np.concatenate(self._bins) - first_bin
+            keep = (index >= 0) & (index < bins)
+            # A bin split across two chunks appears twice: add its bytes, keep its max.
+            np.add.at(nbytes, index[keep], np.concatenate(self._bytes)[keep])
+            np.maximum.at(peak, index[keep], np.concatenate(self._peak)[keep])
+        burst = np.zeros(bins, np.float64)
+        if self._burst_start:
+            start, end = np.concatenate(self._burst_start), np.concatenate(self._burst_end)
+            burst = burst_series(
+                start, end, end - start, first_bin * self.bin_ns, bins, self.bin_ns
+            )
+        return nbytes, peak, burst
+
+    def bursts(self) -> tuple[I64, I64]:
+        if not self._burst_start:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return np.concatenate(self._burst_start), np.concatenate(self._burst_end)
+
+
+@dataclass(frozen=True, slots=True)
+class RailTable:
+    """Per step (rows) and rail (columns) of one direction, and each step's verdicts."""
+
+    start_ns: I64  # (steps,)
+    end_ns: I64
+    bytes: F64  # (steps, rails)
+    peak: F64  # (steps, rails): the highest sample utilization, a fraction of line rate
+    burst_ns: F64  # (steps, rails): time in bursts
+    period_ns: I64  # (steps,): the job's period each step follows; 0: a fixed window
+
+
+def node_steps(
+    rails: Sequence[RailBins], window_ns: int, segment_ns: int = SEGMENT_NS
+) -> tuple[I64, I64, I64]:
+    """The steps over the rails' common span, found segment by segment (a job's period
+    changes when a job ends, a rail slows or the job is rescheduled): in each ``segment_ns``
+    (a shorter tail joins the last), whole periods of the job phased at the quietest point
+    of its folded traffic, or ``window_ns`` windows where no period repeats.
+    Returns each step's start and end, and the period it follows (0: a window)."""
+    spans = [s for s in (r.span() for r in rails) if s is not None]
+    none = np.empty(0, np.int64)
+    if not spans:
+        return none, none, none
+    bin_ns = rails[0].bin_ns
+    first, stop = max(s[0] for s in spans), min(s[1] for s in spans)
+    if stop <= first:
+        return none, none, none
+    starts, ends = zip(*(r.bursts() for r in rails), strict=True)
+    burst_start, burst_end = np.concatenate(starts), np.concatenate(ends)
+    total = sum((r.grid(first, stop - first)[0] for r in rails), np.zeros(stop - first))
+    per_segment = max(1, segment_ns // bin_ns)
+    edges = [*range(first, stop, per_segment), stop]
+    if len(edges) > 2 and edges[-1] - edges[-2] < per_segment // 2:
+        del edges[-2]
+    parts = []
+    for low, high in itertools.pairwise(edges):
+        begin, finish = low * bin_ns, high * bin_ns
+        inside = (burst_start >= begin) & (burst_end <= finish)
+        found = iteration_period(
+            burst_start[inside],
+            burst_end[inside],
+            (burst_end - burst_start)[inside],
+            begin,
+            finish,
+        )
+        if found is None or found.period_ns < 2 * bin_ns:
+            lows = np.arange(begin, finish - window_ns + 1, window_ns, dtype=np.int64)
+            parts.append((lows, lows + window_ns, np.zeros(lows.size, np.int64)))
+            continue
+        period = found.period_ns
+        traffic = total[low - first : high - first]
+        # Fold each bin by its phase in the period; the quietest phase bin starts the steps.
+        phase_bins = max(1, period // bin_ns)
+        phase = ((np.arange(traffic.size) * bin_ns) % period) * phase_bins // period
+        folded = np.bincount(phase, weights=traffic, minlength=phase_bins)
+        offset = int(np.argmin(folded)) * period // phase_bins
+        count = (finish - begin - offset) // period
+        lows = begin + offset + np.arange(count, dtype=np.int64) * period
+        parts.append((lows, lows + period, np.full(count, period, np.int64)))
+    return tuple(np.concatenate(column) for column in zip(*parts, strict=True))  # type: ignore[return-value]
+
+
+def rail_table(rails: Sequence[RailBins], start_ns: I64, end_ns: I64, period_ns: I64) -> RailTable:
+    """Each rail's bytes, peak and burst time in each step [start_ns, end_ns) (steps in
+    time order, not overlapping); a step takes the bins whose middle it holds."""
+    steps = int(start_ns.size)
+    shape = (steps, len(rails))
+    nbytes, peak, burst = (np.zeros(shape, np.float64) for _ in range(3))
+    table = RailTable(start_ns, end_ns, nbytes, peak, burst, period_ns)
+    if steps == 0:
+        return table
+    bin_ns = rails[0].bin_ns
+    first = int(start_ns[0]) // bin_ns
+    bins = -(-int(end_ns[-1]) // bin_ns) - first + 1
+    low = np.clip((start_ns - first * bin_ns + bin_ns // 2) // bin_ns, 0, bins)
+    high = np.clip((end_ns - first * bin_ns + bin_ns // 2) // bin_ns, low, bins)
+    # reduceat over [low0, high0, low1, high1, ...]: the even results are the steps.
+    edges = np.stack([low, high], axis=1).ravel()
+    filled = high > low
+    for column, rail in enumerate(rails):
+        for out, values, reduce in zip(
+            (nbytes, peak, burst), rail.grid(first, bins), (np.add, np.maximum, np.add), strict=True
+        ):
+            padded = np.append(values, 0.0)
+            out[:, column] = np.where(filled, reduce.reduceat(padded, edges)[0::2], 0.0)
+    return table
+
+
+def step_verdicts(
+    nbytes: F64, peak: F64, peers: Sequence[int], limits: RailLimits | None = None
+) -> tuple[I64, B]:
+    """Per step and rail: BALANCED, LIGHT or SLOW; and per step and rail whether it was
+    judged (a peer group of enough rails, busy peers). ``peers``: a group id per rail
+    (rails of one id compare; a negative id is never judged)."""
+    limits = limits or RailLimits()
+    nbytes = np.asarray(nbytes, np.float64)
+    peak = np.asarray(peak, np.float64)
+    codes = np.zeros(nbytes.shape, np.int64)
+    judged = np.zeros(nbytes.shape, np.bool_)
+    group = np.asarray(peers, np.int64)
+    drain = np.divide(nbytes, peak, out=np.full(nbytes.shape, np.inf), where=peak > 0)
+    for rail in range(nbytes.shape[1]):
+        if group[rail] < 0:
+            continue
+        others = np.flatnonzero((group == group[rail]) & (np.arange(group.size) != rail))
+        if others.size < MIN_PEERS:
+            continue
+        peer_bytes = np.median(nbytes[:, others], axis=1)
+        peer_peak = np.median(peak[:, others], axis=1)
+        peer_drain = np.median(drain[:, others], axis=1)
+        busy = (peer_peak >= limits.busy_peak) & (peer_bytes > 0)
+        light = busy & (nbytes[:, rail] < limits.light_below * peer_bytes)
+        slow = (
+            busy
+            & ~light
+            & (peak[:, rail] < limits.slow_peak_below * peer_peak)
+            & (drain[:, rail] > limits.slow_drain_above * peer_drain)
+        )
+        codes[light, rail] = LIGHT
+        codes[slow, rail] = SLOW
+        judged[:, rail] = busy
+    return codes, judged
+
+
+@dataclass(frozen=True, slots=True)
+class RailFinding:
+    """A rail imbalanced over consecutive steps [first_step, last_step]."""
+
+    rail: int  # column of the table
+    kind: int  # LIGHT or SLOW
+    first_step: int
+    last_step: int
+    steps_flagged: int
+
+
+def verdicts(codes: I64, judged: B, limits: RailLimits | None = None) -> tuple[RailFinding, ...]:
+    """Stretches in which a rail was imbalanced, of one kind, in ``needed`` of ``stretch``
+    consecutive judged steps; overlapping stretches of one rail and kind are one finding.
+    Steps not judged are skipped, not counted against it."""
+    limits = limits or RailLimits()
+    found: list[RailFinding] = []
+    for rail in range(codes.shape[1]):
+        steps = np.flatnonzero(judged[:, rail])
+        if steps.size < limits.stretch:
+            continue
+        for kind in (LIGHT, SLOW):
+            hit = (codes[steps, rail] == kind).astype(np.int64)
+            sums = np.convolve(hit, np.ones(limits.stretch, np.int64), "valid")
+            marked = np.zeros(steps.size, np.bool_)
+            for window in np.flatnonzero(sums >= limits.needed):
+                marked[window : window + limits.stretch] |= (
+                    hit[window : window + limits.stretch] > 0
+                )
+            found += _runs(rail, kind, steps, marked, limits.stretch)
+    return tuple(sorted(found, key=lambda f: (f.first_step, f.rail)))
+
+
+def _runs(rail: int, kind: int, steps: I64, marked: B, stretch: int) -> list[RailFinding]:
+    """Marked judged steps as findings, a gap shorter than a stretch joining two runs."""
+    positions = np.flatnonzero(marked)
+    if positions.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(positions) >= stretch) + 1
+    return [
+        RailFinding(rail, kind, int(steps[part[0]]), int(steps[part[-1]]), int(part.size))
+        for part in np.split(positions, breaks)
+    ]
+
+
+def flagged_now(codes: I64, judged: B, limits: RailLimits | None = None) -> dict[int, int]:
+    """Live: rail -> kind for the rails whose last ``stretch`` judged steps hold ``needed``
+    of one kind (the verdict as of the newest step)."""
+    limits = limits or RailLimits()
+    out: dict[int, int] = {}
+    for rail in range(codes.shape[1]):
+        recent = codes[judged[:, rail], rail][-limits.stretch :]
+        if recent.size < limits.stretch:
+            continue
+        for kind in (LIGHT, SLOW):
+            if int(np.count_nonzero(recent == kind)) >= limits.needed:
+                out[rail] = kind
+    return out
