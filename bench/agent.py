@@ -14,7 +14,9 @@
    beside one long job), (a'') the same tree tailing an NCCL Inspector dump directory
    (``--nccl-inspector-dir``) that a thread of this benchmark writes at 1,000 verbose records
    a second (burstscope.testing.inspector_dumps: EP and DP collectives covering all of the
-   time, a dump every 0.1 s) and (b) ``--source sim``. For each: the time from exec to
+   time, a dump every 0.1 s), (b) ``--source sim`` and (b') ``--source sim --pfc-watchdog``
+   (the PFC storm watchdog polling the simulated node's 18 pause counters at 10 Hz). For
+   each: the time from exec to
    ``/metrics`` answering with the sampler ticking (``ready_seconds``); then, after a settle,
    a ``--duration`` window with a Prometheus-like scrape every 15 s, over which the CPU time
    of every process in the agent's tree is read from ``/proc/PID/stat`` (utime + stime, all
@@ -31,6 +33,11 @@
    ``prometheus-node-exporter`` is installed (``node_exporter`` key; null otherwise).
 5. CPU time of ``burstscope --version`` and ``burstscope discover --sysfs-root DIR``
    (getrusage of the child), the best of three.
+6. What the watchdog's read costs where this machine has one: ETHTOOL_GSTATS (the ioctl the
+   watchdog makes on a RoCE netdev, collector.sources.ethtool) on the first interface here
+   whose driver has statistics, 2,000 reads (``ethtool_gstats``; null where none has). No
+   mlx5 here: on mlx5 every such read is a driver stats update with firmware commands, which
+   no VM can show.
 
 CPU figures are percent of one core over the window. Targets, each with its
 verdict under ``targets``: whole agent CPU <= 2.0x the C loop (each source), main process
@@ -39,7 +46,9 @@ loop's + 0.001, ready <= 2 s, ``--version`` and ``discover`` <= 0.25 s CPU, the 
 agent with job attribution <= 1.05x its CPU without: the tree of (a) plus the difference
 of the main processes of (a') and (a), where attribution runs (the sampler's own CPU swings
 by a third between runs; the raw ratio of the trees is printed too); and the same for the
-collective labels, (a'') against (a), at the records rate the writer reached. The
+collective labels, (a'') against (a), at the records rate the writer reached; and the same
+for the PFC watchdog, (b') against (b), judged as the points of a core it adds to the main
+process (``pfc_watchdog_main_cpu_delta_percent`` <= 1). The
 ``loadavg`` before and after says how shared the machine was.
 """
 
@@ -98,7 +107,11 @@ TARGETS = {
     "jobs_cpu_ratio": 1.05,
     # Tailing a dump directory written at COLLECTIVE_RECORDS_PER_SECOND against not.
     "collectives_cpu_ratio": 1.05,
+    # The PFC watchdog at 10 Hz on the simulated node (18 pause counters) against without
+    # it: points of a core added to the main process, where its thread runs.
+    "pfc_watchdog_main_cpu_delta_percent": 1.0,
 }
+ETHTOOL_READS = 2000
 COLLECTIVE_RECORDS_PER_SECOND = 1000.0
 # A new Slurm job every this many seconds during the jobs run (one long job stays), through
 # the shipped prolog and epilog: the watcher's polls, the table's rebuilds and the job
@@ -398,6 +411,39 @@ def wait_for_tree(tree: Path, writer: subprocess.Popen[bytes], ports: int = 9) -
     time.sleep(1.0)  # past the first updates
 
 
+AGENT_RUNS = ("sysfs", "sysfs_jobs", "sysfs_collectives", "sim", "sim_pfc_watchdog")
+
+
+def ethtool_gstats_cost(net: Path = Path("/sys/class/net")) -> dict[str, Any] | None:
+    """ETHTOOL_GSTATS, as the PFC watchdog calls it, on the first interface with driver
+    statistics: microseconds per read (p50, p99) over ETHTOOL_READS reads."""
+    from burstscope.collector.sources.ethtool import EthtoolStats
+
+    for interface in sorted(p.name for p in net.iterdir()):
+        try:
+            with EthtoolStats(interface) as stats:
+                names = stats.names()
+                if not names:
+                    continue
+                took = []
+                for _ in range(ETHTOOL_READS):
+                    before = time.perf_counter_ns()
+                    stats.values(len(names))
+                    took.append(time.perf_counter_ns() - before)
+        except OSError:
+            continue
+        driver = (net / interface / "device" / "driver").resolve().name
+        micro = np.array(took) / 1e3
+        return {
+            "interface": interface,
+            "driver": driver,
+            "stats": len(names),
+            "p50_us": round(float(np.percentile(micro, 50)), 2),
+            "p99_us": round(float(np.percentile(micro, 99)), 2),
+        }
+    return None
+
+
 def verdicts(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     c = result["c_loop"]
     out: dict[str, dict[str, Any]] = {}
@@ -409,7 +455,7 @@ def verdicts(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "met": value is not None and value <= target,
         }
 
-    for source in ("sysfs", "sysfs_jobs", "sysfs_collectives", "sim"):
+    for source in AGENT_RUNS:
         agent = result[source]
         judge(
             f"{source}_agent_cpu_ratio_vs_c",
@@ -431,6 +477,11 @@ def verdicts(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     judge(
         "collectives_cpu_ratio", result["collectives_cpu_ratio"], TARGETS["collectives_cpu_ratio"]
     )
+    judge(
+        "pfc_watchdog_main_cpu_delta_percent",
+        result["pfc_watchdog_main_cpu_delta_percent"],
+        TARGETS["pfc_watchdog_main_cpu_delta_percent"],
+    )
     return out
 
 
@@ -441,7 +492,7 @@ def summary(result: dict[str, Any]) -> str:
         f"C loop, 18 files at 1 kHz: {c['cpu_percent']:.2f}% of a core, missed "
         f"{c['missed_tick_fraction']:.6f}",
     ]
-    for source in ("sysfs", "sysfs_jobs", "sysfs_collectives", "sim"):
+    for source in AGENT_RUNS:
         a = result[source]
         lines.append(
             f"agent {source:10}: {a['cpu_percent']:.2f}% (main {a['main_cpu_percent']:.2f}, "
@@ -470,6 +521,13 @@ def summary(result: dict[str, Any]) -> str:
         f"+{result['collectives_main_cpu_delta_percent']} points, whole agent "
         f"{result['collectives_cpu_ratio']}x (raw trees "
         f"{result['collectives_whole_tree_ratio_raw']}x)"
+    )
+    lines.append(
+        "PFC watchdog at 10 Hz (sim): main process "
+        f"+{result['pfc_watchdog_main_cpu_delta_percent']} points, whole agent "
+        f"{result['pfc_watchdog_cpu_ratio']}x (raw trees "
+        f"{result['pfc_watchdog_whole_tree_ratio_raw']}x); ETHTOOL_GSTATS "
+        f"{result['ethtool_gstats']}"
     )
     for name, verdict in result["targets"].items():
         mark = "met" if verdict["met"] else "MISSED"
@@ -561,6 +619,9 @@ def main(argv: list[str] | None = None) -> int:
                 rate = dump.written / (time.monotonic() - began)
             result["collective_records_per_second"] = round(rate, 1)
             result["sim"] = run_agent(["--source", "sim"], args.duration, scratch, "sim")
+            result["sim_pfc_watchdog"] = run_agent(
+                ["--source", "sim", "--pfc-watchdog"], args.duration, scratch, "sim-pfc-watchdog"
+            )
             reference += run_reference(binary, config, cpu, half, clock, files)
             result["node_exporter"] = (
                 None if args.no_node_exporter else run_node_exporter(tree, args.duration, scratch)
@@ -569,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
                 "version": command_cpu_seconds(["--version"]),
                 "discover": command_cpu_seconds(["discover", "--sysfs-root", str(tree)]),
             }
+            result["ethtool_gstats"] = ethtool_gstats_cost()
     c_percent = reference.cpu_seconds / args.duration * 100
     result["c_loop"] = {
         "cpu_percent": round(c_percent, 3),
@@ -578,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu": reference.cpu,
         "files": len(files),
     }
-    for source in ("sysfs", "sysfs_jobs", "sysfs_collectives", "sim"):
+    for source in AGENT_RUNS:
         agent = result[source]
         agent["cpu_ratio_vs_c"] = round(agent["cpu_percent"] / c_percent, 3) if c_percent else None
     # Attribution runs in the main process only (the sampler process has no job code), and
@@ -599,6 +661,15 @@ def main(argv: list[str] | None = None) -> int:
     result["collectives_cpu_ratio"] = round(1 + labels_main / result["sysfs"]["cpu_percent"], 3)
     result["collectives_whole_tree_ratio_raw"] = round(
         result["sysfs_collectives"]["cpu_percent"] / result["sysfs"]["cpu_percent"], 3
+    )
+    # The watchdog runs in the main process only (its thread; the sampler has none of it).
+    watchdog_main = (
+        result["sim_pfc_watchdog"]["main_cpu_percent"] - result["sim"]["main_cpu_percent"]
+    )
+    result["pfc_watchdog_main_cpu_delta_percent"] = round(watchdog_main, 3)
+    result["pfc_watchdog_cpu_ratio"] = round(1 + watchdog_main / result["sim"]["cpu_percent"], 3)
+    result["pfc_watchdog_whole_tree_ratio_raw"] = round(
+        result["sim_pfc_watchdog"]["cpu_percent"] / result["sim"]["cpu_percent"], 3
     )
     result["duration_s"] = args.duration
     result["cpu_clock"] = "stat"

@@ -32,10 +32,20 @@ from burstscope.collective_labels import (
 )
 from burstscope.collector.config import AgentConfig, ConfigError, load_config, spin_problem
 from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
-from burstscope.collector.exporter import PEAK_WINDOWS, BurstscopeCollector
+from burstscope.collector.exporter import (
+    PEAK_WINDOWS,
+    BurstscopeCollector,
+    pfc_watchdog_families,
+)
 from burstscope.collector.http import DEFAULT_LISTEN, HttpError, MetricsServer
 from burstscope.collector.intake import AGENT_DRAIN_SECONDS
 from burstscope.collector.mqtt import MqttHandle, MqttSettings, MqttSettingsError, attach_mqtt
+from burstscope.collector.pfc_watchdog import (
+    PfcStormEvent,
+    WatchdogSettings,
+    build_pfc_watchdog,
+    watchdog_settings,
+)
 from burstscope.collector.pipeline import Pipeline, wait_for_first_drain
 from burstscope.collector.recording import Recording, Retention
 from burstscope.collector.sampler import SamplerConfig, SamplerError, parse_interval
@@ -86,6 +96,8 @@ class AgentSettings:
     jobs: JobSettings = field(default_factory=JobSettings)  # [jobs], --slurm-jobs-dir, ...
     # [collectives], --nccl-inspector-dir, ...
     collectives: CollectiveSettings = field(default_factory=CollectiveSettings)
+    # [pfc_watchdog], --pfc-watchdog: pause counters at 10 Hz, storms (collector.pfc_watchdog)
+    pfc_watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
@@ -168,6 +180,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         ethtool=ethtool,
         jobs=job_settings(config.get, args),
         collectives=collective_settings(config.get, args),
+        pfc_watchdog=_pfc_watchdog_settings(config, args),
     )
 
 
@@ -252,6 +265,13 @@ def trace_info(settings: AgentSettings) -> TraceInfo:
     )
 
 
+def _pfc_watchdog_settings(config: AgentConfig, args: argparse.Namespace) -> WatchdogSettings:
+    try:
+        return watchdog_settings(config.get, args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _mqtt_settings(args: argparse.Namespace, config: AgentConfig) -> MqttSettings | None:
     try:
         return mqtt_settings_from_args(args, config.get)
@@ -278,11 +298,12 @@ class Agent:
         view on the same pipeline (the demo) wants collector.intake.DRAIN_SECONDS.
         ``peak_windows``: the exporter's trailing peak windows (collector.exporter)."""
         self.settings = settings
+        slow_sources = settings.source.slow_sources()
         self.pipeline = Pipeline(
             settings.source,
             settings.sampler,
             settings.thresholds,
-            settings.source.slow_sources(),
+            slow_sources,
             settings.slow_interval_seconds,
             trace,
             drain_seconds,
@@ -290,6 +311,8 @@ class Agent:
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = BurstscopeCollector(self.pipeline.snapshot, __version__, peak_windows)
         self.registry.register(self.collector)
+        # Each saturated or long-burst second by its cause (collector.throttle_live).
+        self.collector.extra_families.append(self.pipeline.throttle.families)
         # process_cpu_seconds_total, process_resident_memory_bytes, ... of this (the main)
         # process, for the agent's own cost on the fleet dashboard; the sampler process's
         # CPU and memory are burstscope_sampler_* beside them.
@@ -298,6 +321,9 @@ class Agent:
         self.server: MetricsServer | None = None
         self.jobs: JobWatcher | None = None
         self.collectives: CollectiveTail | None = build_collectives(settings.collectives)
+        self.pfc_watchdog = build_pfc_watchdog(
+            settings.pfc_watchdog, slow_sources, settings.source.ports
+        )
 
     def start(self) -> None:
         # Bind first: a port in use is bad input and should fail before sampling starts.
@@ -337,6 +363,22 @@ class Agent:
                 self.stop()
                 raise UsageError(str(exc)) from None
         self._start_jobs()
+        self._start_pfc_watchdog()
+
+    def _start_pfc_watchdog(self) -> None:
+        """Its thread, its families on /metrics, its storms on MQTT (whichever publisher a
+        reload leaves running)."""
+        watchdog = self.pfc_watchdog
+        if watchdog is None:
+            return
+
+        def publish(storm: PfcStormEvent) -> None:
+            if self.mqtt is not None:
+                self.mqtt.on_pfc_storm(storm)
+
+        watchdog.listeners.append(publish)
+        self.collector.extra_families.append(lambda: pfc_watchdog_families(watchdog.figures()))
+        watchdog.start()
 
     def _build_jobs(self) -> None:
         """Job attribution, when on and this node has a job source (collector.jobs); built
@@ -364,6 +406,8 @@ class Agent:
         self.jobs.start()
 
     def stop(self) -> None:
+        if self.pfc_watchdog is not None:
+            self.pfc_watchdog.stop()
         if self.mqtt is not None:
             self.mqtt.stop()  # publishes the offline status while the pipeline still runs
         if self.jobs is not None:
@@ -391,6 +435,7 @@ def _restart_only(settings: AgentSettings) -> dict[str, Any]:
         "listen TLS and web configuration": settings.web,
         "jobs": settings.jobs,
         "collectives": settings.collectives,
+        "pfc_watchdog": settings.pfc_watchdog,
         "recording": (
             settings.recording_dir,
             settings.recording_piece_seconds,

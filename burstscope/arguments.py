@@ -231,3 +231,52 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="added to every record's time to put it on the counters' clock (default 0)",
     )
+
+
+def _positive_seconds(text: str) -> float:
+    """A finite number of seconds above 0 (argparse reports the error as a usage error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share in (0, 1]")
+    return value
+
+
+def add_pfc_watchdog_arguments(parser: argparse.ArgumentParser) -> None:
+    """The PFC storm watchdog (collector.pfc_watchdog): RoCE pause counters at 10 Hz."""
+    parser.add_argument(
+        "--pfc-watchdog",
+        action=argparse.BooleanOptionalAction,
+        help="poll the PFC pause counters of every RoCE port (ethtool) at 10 Hz and report "
+        "storms: a priority paused for most of a 400 ms window ([pfc_watchdog] enabled)",
+    )
+    parser.add_argument(
+        "--pfc-watchdog-interval",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="seconds between the watchdog's polls (default 0.1; at most half the window)",
+    )
+    parser.add_argument(
+        "--pfc-watchdog-window",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="the window whose paused share is judged (default 0.4, SONiC's)",
+    )
+    parser.add_argument(
+        "--pfc-watchdog-threshold",
+        type=_share,
+        metavar="SHARE",
+        help="paused share of the window that starts a storm (default 0.8)",
+    )

@@ -17,6 +17,7 @@ Layout (all tables and keys optional; command-line flags override the file)::
                   proc_root
     [jobs.rdma_resources]  RESOURCE = [DEVICE, ...] (a shared RDMA resource's devices)
     [collectives] dirs, map, clock_offset, label_delay
+    [pfc_watchdog] enabled, interval, window, threshold, end_threshold
 
 ``parse_config`` checks each value on its own (types, finite numbers, ranges, durations,
 URLs); what depends on several values or on the machine (the source SPEC and its ports, the
@@ -282,6 +283,14 @@ SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
         "clock_offset": _clock_offset,  # added to every record's time
         # How long samples and burst events wait for the records of their collectives.
         "label_delay": _interval,
+    },
+    # The PFC storm watchdog (collector.pfc_watchdog): pause counters only, at 10 Hz.
+    "pfc_watchdog": {
+        "enabled": _boolean,
+        "interval": _number(0.01, 1.0, " s"),  # 10 Hz by default; a window needs 2 polls
+        "window": _number(0.02, 60.0, " s"),  # SONiC's 400 ms
+        "threshold": _ratio,  # paused share of the window that starts a storm (0.8)
+        "end_threshold": _number(0.0, 0.99, ""),  # and ends it (0.2), below threshold
     },
 }
 

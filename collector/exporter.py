@@ -44,6 +44,7 @@ from burstscope.detectors.live import (
 
 if TYPE_CHECKING:  # only an agent with a dump directory loads the collective labels
     from burstscope.collector.collectives.live import CollectiveFigures
+    from burstscope.collector.pfc_watchdog import WatchdogFigures
 
 # Trailing peak windows (label, length). A scrape at t shows the peak of the samples drained
 # by then: (now - window, now], now lagging t by up to one drain (1 s in the agent) and the
@@ -204,6 +205,23 @@ HELP: dict[str, str] = {
     "the spool was full while the broker was unreachable.",
     "burstscope_mqtt_published_messages_total": "MQTT messages the broker acknowledged "
     "(QoS 1 PUBACK).",
+    # The PFC storm watchdog (collector.pfc_watchdog), with [pfc_watchdog] enabled.
+    "burstscope_pfc_watchdog_polls_total": "Polls of the RoCE ports' PFC pause counters by "
+    "the storm watchdog (every [pfc_watchdog] interval, 100 ms by default). Present with the "
+    "watchdog on.",
+    "burstscope_pfc_watchdog_errors_total": "Failed opens or polls of a pause counter source "
+    "by the storm watchdog; the source is retried every second. Present with the watchdog on.",
+    "burstscope_pfc_watchdog_read_seconds_total": "Time the storm watchdog spent reading pause "
+    "counters (ETHTOOL_GSTATS on RoCE netdevs): divided by the polls, the cost of one poll. "
+    "Present with the watchdog on.",
+    "burstscope_pfc_storms_total": "PFC storms declared on this node: a port priority paused "
+    "for at least [pfc_watchdog] threshold (80%) of a trailing window of [pfc_watchdog] "
+    "window (400 ms), either direction. Present with the watchdog on, from 0.",
+    "burstscope_port_pfc_storm_paused_ratio": "Paused share of the latest window of a port "
+    "priority in a PFC storm; direction receive: the peer pauses this port, transmit: this "
+    "port pauses its peer. Present only while the storm lasts.",
+    "burstscope_port_pfc_storm_seconds_total": "Paused time inside PFC storms on the port, "
+    "both directions and every priority. Present from the port's first storm.",
 }
 
 _ERROR_COUNTERS = (
@@ -655,3 +673,23 @@ def collective_families(figures: CollectiveFigures) -> list[Metric]:
 
 def _order(state: CounterState) -> tuple[str, int, str]:
     return (state.device, state.port, state.name)
+
+
+def pfc_watchdog_families(figures: WatchdogFigures) -> list[Metric]:
+    """The PFC storm watchdog's families (BurstscopeCollector.extra_families): per node, and
+    per port only in and after a storm."""
+    out = _Families()
+    out.counter("burstscope_pfc_watchdog_polls_total", (), [], figures.polls)
+    out.counter("burstscope_pfc_watchdog_errors_total", (), [], figures.errors)
+    out.counter("burstscope_pfc_watchdog_read_seconds_total", (), [], figures.read_seconds)
+    out.counter("burstscope_pfc_storms_total", (), [], figures.storms)
+    for (device, port, direction, priority), ratio in sorted(figures.storming.items()):
+        out.gauge(
+            "burstscope_port_pfc_storm_paused_ratio",
+            (*PORT_DIRECTION, "priority"),
+            [device, str(port), direction, str(priority)],
+            ratio,
+        )
+    for (device, port), seconds in sorted(figures.storm_seconds.items()):
+        out.counter("burstscope_port_pfc_storm_seconds_total", PORT, [device, str(port)], seconds)
+    return list(out.families.values())

@@ -205,6 +205,33 @@ ALERTS = Group(
                 """,
         ),
         Alert(
+            "BurstscopePfcStorm",
+            expr="""
+                increase(burstscope_pfc_storms_total{%(burstscopeSelector)s}[5m]) > 0
+                or
+                count without (device, port, direction, priority) (
+                  burstscope_port_pfc_storm_paused_ratio{%(burstscopeSelector)s}
+                )
+                """,
+            comment="""
+                The agent's PFC watchdog ([pfc_watchdog] enabled) declared a storm on the node:
+                a port priority paused for at least 80% of a 400 ms window, read at 10 Hz. A
+                storm of half a second ends long before a scrape, so the storm counter's
+                increase over 5 m fires too, not only the per-port ratio present while it lasts.
+                One alert per node; the value is the storms of the last 5 m, or the port
+                priorities storming now. Fires at once: a storm is an incident, not a trend.
+                """,
+            severity="warning",
+            summary="{{ $labels.instance }}: PFC storm on its RoCE ports",
+            description="""
+                The PFC watchdog of {{ $labels.instance }} saw a port priority paused for most
+                of a 400 ms window (value {{ $value | humanize }}: storms in the last 5 minutes,
+                or port priorities storming now). Traffic of that lossless priority stops, and
+                the pause spreads upstream. The pfc_storm events on MQTT and
+                burstscope_port_pfc_storm_seconds_total say which port, direction and priority.
+                """,
+        ),
+        Alert(
             "BurstscopeLinkFlap",
             expr="""
                 increase(burstscope_port_link_downed_total{%(burstscopeSelector)s}[10m]) > 0

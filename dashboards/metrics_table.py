@@ -229,6 +229,11 @@ def _families() -> dict[str, tuple[str, list[str]]]:
         {"nccl-inspector": 0}, {"malformed": 0}, 0,
     )  # fmt: skip
     collector.extra_families.append(lambda: collective_families(collective))
+    from burstscope.collector.exporter import pfc_watchdog_families
+    from burstscope.collector.pfc_watchdog import WatchdogFigures
+
+    storm = WatchdogFigures(1, 0, 0.0, 1, {("mlx5_0", 1, "receive", 3): 1.0}, {("mlx5_0", 1): 0.4})
+    collector.extra_families.append(lambda: pfc_watchdog_families(storm))
     found: dict[str, tuple[str, list[str]]] = {}
     for family in collector.collect():
         name = family.name + ("_total" if family.type == "counter" else "")

@@ -123,6 +123,9 @@ def test_every_help_family_is_declared_once(fixture_scrape: str) -> None:
         "burstscope_recording_",
         "burstscope_port_refused_",
         "burstscope_sampler_finest_interval_",
+        # The PFC storm watchdog's, with [pfc_watchdog] enabled (tests/test_pfc_watchdog.py).
+        "burstscope_pfc_",
+        "burstscope_port_pfc_storm_",
     )
     absent = {name for name in set(HELP) - set(helps) if not name.startswith(conditional)}
     assert absent == {

@@ -9,6 +9,7 @@ from burstscope.agent import serve, settings_from_args, setup_logging
 from burstscope.arguments import (
     add_collective_arguments,
     add_job_arguments,
+    add_pfc_watchdog_arguments,
     add_source_arguments,
 )
 from burstscope.collector.config import ConfigError, check_offline, load_config
@@ -73,6 +74,7 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_job_arguments(parser)
     add_collective_arguments(parser)
+    add_pfc_watchdog_arguments(parser)
     add_mqtt_arguments(parser)
 
 

@@ -32,6 +32,7 @@ from burstscope.collector.mqtt.messages import (
     burst_payload,
     link_event_payload,
     node_topic,
+    pfc_storm_payload,
     port_topic,
     readings_from_snapshot,
     recording_event,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from burstscope.collector.collectives.live import CollectiveLabels
     from burstscope.collector.exporter import BurstscopeCollector
     from burstscope.collector.mqtt.publisher import MqttPublisher, Outcome, PublisherStats
+    from burstscope.collector.pfc_watchdog import PfcStormEvent
     from burstscope.collector.pipeline import Pipeline
     from burstscope.collector.sources.base import PortSpec
     from burstscope.detectors.bursts import Bursts
@@ -121,6 +123,8 @@ class MqttHandle:
             queue.SimpleQueue()
         )
         self._policies: dict[PortDirection, PolicyState] = {}
+        # Port events from other threads (the PFC watchdog's storms), ready to publish.
+        self._events: queue.SimpleQueue[tuple[str, dict[str, Any]]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -139,6 +143,14 @@ class MqttHandle:
         table = self.pipeline.jobs() if self.pipeline.jobs is not None else EMPTY_TABLE
         tags = port_tags(table, spec.device, spec.port)
         self._queue.put(((spec.device, spec.port, direction), records_from_bursts(bursts, tags)))
+
+    def on_pfc_storm(self, storm: PfcStormEvent) -> None:
+        """A PFC watchdog listener (collector.pfc_watchdog): the storm's start or end on the
+        port's event topic, with the jobs holding the port now; never blocks."""
+        table = self.pipeline.jobs() if self.pipeline.jobs is not None else EMPTY_TABLE
+        jobs = port_tags(table, storm.device, storm.port)
+        topic = port_topic(self.identity.host, storm.device, storm.port, "event")
+        self._events.put((topic, pfc_storm_payload(self.identity, storm, jobs)))
 
     def submit(self, device: str, port: int, direction: str, records: list[BurstRecord]) -> None:
         """Hand bursts over directly (tests, replay): same path as the listener."""
@@ -371,6 +383,12 @@ class MqttHandle:
             if outgoing:
                 outgoing.sort(key=lambda item: int(item[1]["end_ns"]))
                 publisher.enqueue(outgoing)
+            events = []
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    events.append(self._events.get_nowait())
+            if events:
+                publisher.enqueue(events)
             if closing:
                 return
             with contextlib.suppress(TimeoutError):

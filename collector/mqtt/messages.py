@@ -47,6 +47,7 @@ from burstscope.detectors.link_events import (
 
 if TYPE_CHECKING:  # the type only: payloads and topics need none of the read model
     from burstscope.collector.collectives.live import CollectiveTag
+    from burstscope.collector.pfc_watchdog import PfcStormEvent
     from burstscope.collector.snapshot import Snapshot
 
 PREFIX = "burstscope"
@@ -206,8 +207,36 @@ def link_event_payload(
     }
 
 
+def pfc_storm_payload(
+    identity: Identity, storm: PfcStormEvent, jobs: tuple[JobTag, ...] = ()
+) -> dict[str, Any]:
+    """A PFC storm's start or end (collector.pfc_watchdog) as the port's event topic
+    carries it: one of each per storm."""
+    return {
+        "kind": "pfc_storm",
+        "phase": "start" if storm.started else "end",
+        "host": identity.host,
+        "device": storm.device,
+        "port": storm.port,
+        "direction": storm.direction,
+        "priority": storm.priority,
+        "time_ns": storm.time_ns,
+        "start_ns": storm.start_ns,
+        "duration_seconds": (storm.time_ns - storm.start_ns) / 1e9,
+        "paused_fraction": storm.paused_fraction,
+        "peak_paused_fraction": storm.peak_fraction,
+        "paused_seconds": storm.paused_seconds,
+        "window_seconds": storm.window_seconds,
+        "basis": storm.basis,
+        "jobs": jobs_field(jobs),
+        "run": identity.run,
+    }
+
+
 def readings_from_snapshot(snapshot: Snapshot) -> dict[tuple[str, int], PortReading]:
     """PortReadings from a pipeline's snapshot."""
+    from burstscope.collector.snapshot import below_peer_rates
+
     saturated: dict[tuple[str, int], dict[str, float]] = {}
     for view in snapshot.ports:
         key = (view.spec.device, view.spec.port)
@@ -231,15 +260,13 @@ def readings_from_snapshot(snapshot: Snapshot) -> dict[tuple[str, int], PortRead
         rate = view.spec.line_rate_bytes_per_second
         if rate > 0:
             slow[(view.spec.device, view.spec.port)]["rate_bytes_per_second"] = rate
-    return {
-        key: PortReading(saturated_seconds=saturated.get(key, {}), **values)
-        for key, values in slow.items()
-    }
-    from burstscope.collector.snapshot import below_peer_rates
-
     for key, since in snapshot.silent_since.items():
         if key in slow:
             slow[key]["silent_since_ns"] = since
     for key, fastest in below_peer_rates(snapshot).items():
         if key in slow:
             slow[key]["below_peers_rate"] = fastest
+    return {
+        key: PortReading(saturated_seconds=saturated.get(key, {}), **values)
+        for key, values in slow.items()
+    }
