@@ -280,6 +280,49 @@ ALERTS = Group(
                 """,
         ),
         Alert(
+            "BurstscopePortBelowPeers",
+            expr="""
+                burstscope_port_below_peers{%(burstscopeSelector)s} == 1
+                """,
+            comment="""
+                The port's line rate is below the fastest port of the same device model on its
+                node (the agent's judgement, detectors/silence.py below_peers): a link that
+                trained at a lower speed or lost lanes. BurstscopeLinkDegraded sees a rate that
+                fell within a day; this sees one that was low from the start, beside its peers.
+                """,
+            duration="5m",
+            severity="warning",
+            summary="{{ $labels.device }} port {{ $labels.port }} is slower than its peers",
+            description="""
+                {{ $labels.instance }} {{ $labels.device }} port {{ $labels.port }} has a lower
+                line rate than another port of the same NIC model on the node for 5 minutes: a
+                link that trained at a lower speed or width (cable, transceiver, switch port).
+                Every collective using this rail runs at its speed.
+                """,
+        ),
+        Alert(
+            "BurstscopePortSilentUnderJob",
+            expr="""
+                burstscope_port_silent_under_job{%(burstscopeSelector)s} == 1
+                """,
+            comment="""
+                The port carried traffic for the running jobs holding it and has moved nothing
+                for the agent's [jobs] silence (10 minutes by default): a hung job or a dead
+                path. The agent already waited; "for" only rides out one scrape.
+                """,
+            duration="1m",
+            severity="warning",
+            summary=(
+                "{{ $labels.device }} port {{ $labels.port }} is silent under its running job"
+            ),
+            description="""
+                {{ $labels.instance }} {{ $labels.device }} port {{ $labels.port }} carried
+                traffic for the job holding it and has moved no byte for the agent's silence
+                threshold, while the scheduler says the job runs: a hung job (a rank stuck,
+                a collective never completing) or a dead path (NIC, cable, switch port).
+                """,
+        ),
+        Alert(
             "BurstscopePortDisappeared",
             expr="""
                 max_over_time(instance_device_port:burstscope_port_state:max_over_time5m[1h])
