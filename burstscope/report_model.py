@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from burstscope.cluster import Cluster, map_in
-from burstscope.collector.jobs.model import STORAGE
+from burstscope.collector.jobs.model import COMPUTE, STORAGE
 from burstscope.collector.jobs.spans import read_job_log
 from burstscope.collector.trace import (
     PortSamples,
@@ -43,7 +43,18 @@ from burstscope.detectors.fleet import (
     saturated_milliseconds,
 )
 from burstscope.detectors.line_rate import rate_runs
-from burstscope.detectors.scales import peak_envelope
+from burstscope.detectors.rails import (
+    RailBins,
+    RailFinding,
+    RailTable,
+    bin_for,
+    node_steps,
+    peer_groups,
+    rail_table,
+    step_verdicts,
+    verdicts,
+)
+from burstscope.detectors.scales import Windows, peak_envelope
 from burstscope.detectors.synchrony import Synchrony, synchrony
 from burstscope.detectors.throttle import Throttle, ThrottleLimits, classify_direction
 from burstscope.errors import UsageError
@@ -60,6 +71,8 @@ from burstscope.report_jobs import JobReport, PortLedger, job_reports, ledgers
 
 # Samples a port needs before its sampling interval (the finest scale) is decided.
 INTERVAL_PROBE = 64
+# A step of the rail table where the job's period does not repeat (detectors.rails).
+RAIL_WINDOW_NS = 1_000_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +100,17 @@ class PortReport:
 
 
 @dataclass(frozen=True, slots=True)
+class RailReport:
+    """One node's training rails side by side, step by step (detectors.rails): the rails
+    of one kind that a job uses for compute (every port of one line rate without a job
+    table), in columns; per direction the table and the rails flagged over stretches."""
+
+    source: str
+    rails: tuple[str, ...]  # "device/port", the tables' columns
+    directions: tuple[tuple[str, RailTable, tuple[RailFinding, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class NodeReport:
     """One trace (one node), analysed where its file is read: what goes back to the client
     is summaries (histograms, counts, bursts, saturated milliseconds), never samples."""
@@ -99,6 +123,7 @@ class NodeReport:
     jobs: tuple[JobReport, ...] = ()  # from the trace's side table; () without one
     job_warnings: tuple[str, ...] = ()  # side table lines that could not be read
     collectives: CollectiveReport | None = None  # None: no collective records for it
+    rails: RailReport | None = None  # None: fewer than three rails of one kind
 
     @property
     def name(self) -> str:
@@ -154,6 +179,7 @@ class Report:
     jobs: tuple[JobReport, ...] = ()  # every trace's, in the order of the paths
     job_warnings: tuple[str, ...] = ()
     collectives: tuple[CollectiveReport, ...] = ()  # the traces' that had records
+    rails: tuple[RailReport, ...] = ()  # the traces' with three rails of one kind or more
 
 
 @dataclass(slots=True)
@@ -167,17 +193,25 @@ class _Direction:
     _zoom: Zoom = field(default_factory=Zoom)
     saturated_ms: list[Any] = field(default_factory=list)
     labels: DirectionLabels | None = None  # the classes in flight, when records were given
+    rails: RailBins = field(default_factory=RailBins)  # for the rails side by side
 
     def feed(self, timestamp: Any, values: Any, rebaseline: Any) -> None:
         chunk = self.analyzer.feed(timestamp, values, rebaseline)
+        self._bin(chunk)
         if self.labels is not None:
             self.labels.feed(chunk, values)
         if chunk.saturated.size:
             self.saturated_ms.append(saturated_milliseconds(chunk.timestamp_ns, chunk.saturated))
         self._keep(chunk)
 
+    def _bin(self, chunk: Chunk) -> None:
+        windows = chunk.windows.get(scale_key(self.rails.bin_ns), Windows.empty())
+        rate = self.analyzer.line_rate_bytes_per_second
+        self.rails.feed(windows.end_ns, windows.utilization, windows.covered_ns, rate, chunk.bursts)
+
     def finish(self) -> None:
         chunk = self.analyzer.finish()
+        self._bin(chunk)
         if self.labels is not None:
             self.labels.feed(chunk, np.empty(0, dtype=np.uint64))
         self._keep(chunk)
@@ -305,6 +339,7 @@ class _Port:
                     work_arrays=self.work_arrays,
                 ),
                 keep_plot=self.options.plot,
+                rails=RailBins(bin_for(self.options.thresholds.window_scales(interval))),
             )
             for _ in DIRECTIONS
         )
@@ -462,6 +497,7 @@ def merge_nodes(nodes: list[NodeReport]) -> Report:
         tuple(job for node in nodes for job in node.jobs),
         tuple(warning for node in nodes for warning in node.job_warnings),
         tuple(node.collectives for node in nodes if node.collectives is not None),
+        tuple(node.rails for node in nodes if node.rails is not None),
     )
 
 
@@ -489,6 +525,7 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
     window = options.thresholds.coarse_window_ns
     port_ledgers = ledgers(held.spans, window) if held is not None else {}
     storage = [(s.device, s.port) for s in held.spans if s.role == STORAGE] if held else []
+    compute = {(s.device, s.port) for s in held.spans if s.role == COMPUTE} if held else set()
     try:
         info = read_info(path)
         log = load(path, options.collectives, info.host)
@@ -559,6 +596,7 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
     collective_report = None
     if collectives is not None:
         collective_report = collectives.report(str(path))
+    rails = _rails(str(path), [found[key] for key in sorted(found)], compute)
     return NodeReport(
         str(path),
         info,
@@ -568,7 +606,27 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
         jobs,
         held.problems if held is not None else (),
         collective_report,
+        rails,
     )
+
+
+def _rails(source: str, ports: list[_Port], compute: set[tuple[str, int]]) -> RailReport | None:
+    """The rails side by side: with a job table, the ports a job held for compute (never a
+    storage NIC); without one, every port; peers are those of one line rate."""
+    eligible = [not compute or (p.device, p.port) in compute for p in ports]
+    groups = peer_groups([p.line_rate or 0 for p in ports], eligible)
+    chosen = [(p, g) for p, g in zip(ports, groups, strict=True) if g >= 0]
+    if not chosen:
+        return None
+    bins = [[d.rails for d in p.directions or ()] for p, _ in chosen]
+    starts, ends, periods = node_steps([b for both in bins for b in both], RAIL_WINDOW_NS)
+    directions = []
+    for index, name in enumerate(DIRECTIONS):
+        table = rail_table([both[index] for both in bins], starts, ends, periods)
+        codes, judged = step_verdicts(table.bytes, table.peak, [g for _, g in chosen])
+        directions.append((name, table, verdicts(codes, judged)))
+    labels = tuple(f"{p.device}/{p.port}" for p, _ in chosen)
+    return RailReport(source, labels, tuple(directions))
 
 
 def _extent(ports: list[PortReport]) -> tuple[int, int] | None:

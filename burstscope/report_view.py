@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.markup import escape
 
@@ -15,11 +16,19 @@ from burstscope.detectors.analyzer import Summary
 from burstscope.detectors.config import NS_PER_SECOND, Thresholds
 from burstscope.detectors.congestion import CongestionShare
 from burstscope.detectors.contrast import contrast
+from burstscope.detectors.rails import KIND_NAMES, RailFinding, RailLimits, RailTable
 from burstscope.detectors.throttle import CAUSES, DIRECTION_CAUSES, Throttle
 from burstscope.fitting import print_fitted
 from burstscope.report_collectives_view import collectives_json, print_collectives
 from burstscope.report_jobs import JobReport, RoleTotals
-from burstscope.report_model import DirectionReport, Fleet, NodeContrast, PortReport, Report
+from burstscope.report_model import (
+    DirectionReport,
+    Fleet,
+    NodeContrast,
+    PortReport,
+    RailReport,
+    Report,
+)
 from burstscope.wording import byte_text, partial_window, scale_label, verdict
 
 DIGITS = 6  # JSON rounding: stable goldens, far below what a counter can resolve
@@ -131,8 +140,9 @@ def direction_json(port: PortReport, direction: DirectionReport) -> dict[str, An
 # 0.1.0's, without this key; 2 adds fraction_busy (fraction_above_25pct goes next release);
 # 3 adds jobs (the trace's job table, grouped by job); 4 adds collectives (the records of
 # NCCL's Inspector and PyTorch traces joined to the samples); 5 adds each direction's
-# throttle (its saturated and long-burst seconds by cause, detectors/throttle.py).
-SCHEMA_VERSION = 5
+# throttle (its saturated and long-burst seconds by cause, detectors/throttle.py); 6 adds
+# rails (each node's training rails side by side per step, and the imbalanced ones).
+SCHEMA_VERSION = 6
 
 
 def throttle_json(direction: str, throttle: Throttle | None) -> dict[str, Any] | None:
@@ -179,11 +189,50 @@ def to_json(report: Report) -> dict[str, Any]:
         "synchrony": synchrony,
         "jobs": [job_json(job) for job in report.jobs],
         "collectives": [collectives_json(c) for c in report.collectives],
+        "rails": [rails_json(r) for r in report.rails],
         "warnings": warnings,
     }
     if report.fleet is not None:
         document["fleet"] = fleet_json(report.fleet)
     return document
+
+
+def rails_json(rails: RailReport) -> dict[str, Any]:
+    """One node's rails: the steps, and per direction each step's bytes, peak and burst
+    seconds per rail (rows: steps, columns: rails) and the findings."""
+    table = rails.directions[0][1]
+    return {
+        "source": rails.source,
+        "rails": list(rails.rails),
+        "steps": {
+            "start_ns": table.start_ns.tolist(),
+            "end_ns": table.end_ns.tolist(),
+            "period_ns": table.period_ns.tolist(),
+        },
+        "directions": {
+            name: {
+                "bytes": np.rint(table.bytes).astype(np.int64).tolist(),
+                "peak": [[_round(v) for v in row] for row in table.peak.tolist()],
+                "burst_seconds": [
+                    [_round(v / NS_PER_SECOND) for v in row] for row in table.burst_ns.tolist()
+                ],
+                "findings": [_finding_json(rails, table, f) for f in findings],
+            }
+            for name, table, findings in rails.directions
+        },
+    }
+
+
+def _finding_json(rails: RailReport, table: RailTable, finding: RailFinding) -> dict[str, Any]:
+    return {
+        "rail": rails.rails[finding.rail],
+        "kind": KIND_NAMES[finding.kind],
+        "first_step": finding.first_step,
+        "last_step": finding.last_step,
+        "steps_flagged": finding.steps_flagged,
+        "start_ns": int(table.start_ns[finding.first_step]),
+        "end_ns": int(table.end_ns[finding.last_step]),
+    }
 
 
 def _totals_json(totals: RoleTotals, ports: int) -> dict[str, Any]:
@@ -495,6 +544,8 @@ def print_table(report: Report, console: Console | None = None) -> None:
     note = throttle_note(report)
     if note:
         console.print(note, highlight=False)
+    for rails in report.rails:
+        print_rails(rails, console)
     if report.jobs:
         print_jobs(report.jobs, console)
     if report.collectives:
@@ -503,6 +554,68 @@ def print_table(report: Report, console: Console | None = None) -> None:
         console.print(f"[yellow]warning: {escape(printable(warning))}[/]", highlight=False)
     if report.fleet is not None:
         print_fleet(report.fleet, console)
+
+
+_LIMITS = RailLimits()
+_WHY = {
+    "light": f"bytes under {_LIMITS.light_below:g}x its peers'",
+    "slow": f"peak under {_LIMITS.slow_peak_below:g}x, drain over {_LIMITS.slow_drain_above:g}x",
+}
+
+
+def print_rails(rails: RailReport, console: Console) -> None:
+    """A node's rails side by side: per rail and direction the median step's bytes (and
+    against its peers'), peak and burst time, then the imbalanced stretches and why."""
+    table = rails.directions[0][1]
+    steps = int(table.start_ns.size)
+    periods = table.period_ns[table.period_ns > 0]
+    what = (
+        f"{steps} steps of the job's period ({float(np.median(periods)) / 1e9:.3f} s)"
+        if periods.size
+        else f"{steps} windows of 1 s (no period repeats)"
+    )
+    if periods.size and periods.size < steps:
+        what += f", {steps - periods.size} of them 1 s windows"
+    console.print(
+        f"rails of {escape(printable(rails.source))}: {what}; the median step",
+        highlight=False,
+    )
+    if steps == 0:
+        return
+    console.print(
+        f"  {'rail':<{max(len(r) for r in rails.rails)}} dir {'bytes':>9} {'vs peers':>8} "
+        f"{'peak':>6} {'burst':>8}  flagged",
+        highlight=False,
+    )
+    width = max(len(r) for r in rails.rails)
+    notes = []
+    for column, label in enumerate(rails.rails):
+        for name, direction, findings in rails.directions:
+            tag = "tx" if name == "transmit" else "rx"
+            own = direction.bytes[:, column]
+            others = np.delete(direction.bytes, column, axis=1)
+            peers = np.median(others, axis=1) if others.shape[1] else own
+            ratio = np.divide(own, peers, out=np.ones_like(own), where=peers > 0)
+            flagged = [f for f in findings if f.rail == column]
+            kinds = sorted({KIND_NAMES[f.kind] for f in flagged})
+            console.print(
+                f"  {escape(printable(label)):<{width}} {tag} "
+                f"{byte_text(round(float(np.median(own)))):>9} {float(np.median(ratio)):>8.2f} "
+                f"{_percent(float(np.median(direction.peak[:, column]))):>6} "
+                f"{_duration(float(np.median(direction.burst_ns[:, column])) / 1e9):>8}  "
+                + (f"[bold red]{', '.join(kinds)}[/]" if kinds else "-"),
+                highlight=False,
+            )
+            origin = int(direction.start_ns[0])
+            notes += [
+                f"  {escape(printable(label))} {tag} {KIND_NAMES[f.kind]} in {f.steps_flagged} "
+                f"steps, {(int(direction.start_ns[f.first_step]) - origin) / 1e9:.1f}-"
+                f"{(int(direction.end_ns[f.last_step]) - origin) / 1e9:.1f} s: "
+                f"{_WHY[KIND_NAMES[f.kind]]}"
+                for f in flagged
+            ]
+    for note in notes:
+        console.print(note, highlight=False)
 
 
 def throttle_line(direction: str, throttle: Throttle | None) -> str | None:

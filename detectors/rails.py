@@ -16,10 +16,11 @@ Definitions (the choices, in one place):
   rail stretches the step. Where it does not repeat (no job, a minute the step changed in)
   a step is a fixed window instead (the report: 1 s); the agent, which judges live, uses
   its 15 s windows, several steps each.
-* **Per step and rail** (one direction): bytes, the peak 1 ms utilization, and the time in
-  bursts (detectors.bursts: runs above the burst threshold). Traffic is gathered in
-  ``BIN_NS`` bins first (RailBins), so a report holds 100 values a second per port
-  direction, not 1,000.
+* **Per step and rail** (one direction): bytes, the peak sample utilization (the highest
+  burst's peak, or a quieter bin's mean), and the time in bursts (detectors.bursts: runs
+  above the burst threshold). RailBins gathers them in ``BIN_NS`` bins from what the
+  analyzer already computed (its 10 ms windows and its bursts), so they cost the report no
+  pass over the samples and it holds 100 values a second per port direction, not 1,000.
 * **Peers.** Only training rails of one kind compare: the caller groups the rails (same
   device model or line rate, the storage NIC left out by its job role); a group needs at
   least ``MIN_PEERS`` + 1 rails, and each rail is judged against the median of the others.
@@ -47,6 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from burstscope.detectors.arrays import F64, I64, B
+from burstscope.detectors.bursts import Bursts
 from burstscope.detectors.periodicity import burst_series, iteration_period
 
 BIN_NS = 10_000_000
@@ -74,47 +76,41 @@ class RailLimits:
 
 @dataclass(slots=True)
 class RailBins:
-    """One port direction's traffic in ``bin_ns`` bins of absolute time: bytes, the peak
-    sample utilization, and the time in bursts. Fed chunk by chunk in time order."""
+    """One port direction's traffic in ``bin_ns`` bins of absolute time, from what the
+    analyzer already made: its windows of ``bin_ns`` (bytes = utilization x covered time x
+    line rate) and its bursts (their time, and their peak sample in the bin they start in;
+    a bin's peak is the higher of that and the window's mean). Fed chunk by chunk."""
 
     bin_ns: int = BIN_NS
     _bins: list[I64] = field(default_factory=list)
     _bytes: list[F64] = field(default_factory=list)
-    _peak: list[F64] = field(default_factory=list)
+    _mean: list[F64] = field(default_factory=list)
     _burst_start: list[I64] = field(default_factory=list)
     _burst_end: list[I64] = field(default_factory=list)
-    _previous_ns: int | None = None
+    _burst_peak: list[F64] = field(default_factory=list)
 
     def feed(
         self,
-        timestamp_ns: I64,
-        utilization: F64,
-        valid: B,
+        window_end_ns: I64,
+        window_utilization: F64,
+        window_covered_ns: I64,
         line_rate_bytes_per_second: int,
-        burst_start_ns: I64,
-        burst_end_ns: I64,
+        bursts: Bursts,
     ) -> None:
-        """One chunk of samples (each interval's end, its utilization, whether it is a
-        measurement) and the bursts it closed; bytes are utilization x rate x interval."""
-        if burst_start_ns.size:
-            self._burst_start.append(np.asarray(burst_start_ns, np.int64))
-            self._burst_end.append(np.asarray(burst_end_ns, np.int64))
-        if timestamp_ns.size == 0:
+        """The ``bin_ns`` windows a chunk closed (aligned ends) and the bursts it closed."""
+        if len(bursts):
+            self._burst_start.append(bursts.start_ns)
+            self._burst_end.append(bursts.end_ns)
+            self._burst_peak.append(bursts.peak_utilization)
+        if window_end_ns.size == 0:
             return
-        stamps = np.asarray(timestamp_ns, np.int64)
-        before = stamps[0] if self._previous_ns is None else self._previous_ns
-        self._previous_ns = int(stamps[-1])
-        interval = np.diff(stamps, prepend=np.int64(before))
-        nbytes = np.where(valid, utilization * interval * (line_rate_bytes_per_second / 1e9), 0.0)
-        peak = np.where(valid, utilization, 0.0)
-        index = stamps // self.bin_ns
-        first = np.flatnonzero(np.diff(index, prepend=index[0] - 1))
-        self._bins.append(index[first])
-        self._bytes.append(np.add.reduceat(nbytes, first))
-        self._peak.append(np.maximum.reduceat(peak, first))
+        self._bins.append((np.asarray(window_end_ns, np.int64) - 1) // self.bin_ns)
+        utilization = np.asarray(window_utilization, np.float64)
+        self._bytes.append(utilization * window_covered_ns * (line_rate_bytes_per_second / 1e9))
+        self._mean.append(utilization)
 
     def span(self) -> tuple[int, int] | None:
-        """The first bin fed and one past the last; None before any sample."""
+        """The first bin fed and one past the last; None before any window."""
         if not self._bins:
             return None
         return int(self._bins[0][0]), int(self._bins[-1][-1]) + 1
@@ -126,12 +122,14 @@ class RailBins:
         if self._bins:
             index = np.concatenate(self._bins) - first_bin
             keep = (index >= 0) & (index < bins)
-            # A bin split across two chunks appears twice: add its bytes, keep its max.
             np.add.at(nbytes, index[keep], np.concatenate(self._bytes)[keep])
-            np.maximum.at(peak, index[keep], np.concatenate(self._peak)[keep])
+            np.maximum.at(peak, index[keep], np.concatenate(self._mean)[keep])
         burst = np.zeros(bins, np.float64)
         if self._burst_start:
             start, end = np.concatenate(self._burst_start), np.concatenate(self._burst_end)
+            at = start // self.bin_ns - first_bin
+            keep = (at >= 0) & (at < bins)
+            np.maximum.at(peak, at[keep], np.concatenate(self._burst_peak)[keep])
             burst = burst_series(
                 start, end, end - start, first_bin * self.bin_ns, bins, self.bin_ns
             )
@@ -326,3 +324,18 @@ def flagged_now(codes: I64, judged: B, limits: RailLimits | None = None) -> dict
             if int(np.count_nonzero(recent == kind)) >= limits.needed:
                 out[rail] = kind
     return out
+
+
+def peer_groups(line_rates: Sequence[int], eligible: Sequence[bool]) -> list[int]:
+    """A group id per port: eligible ports of one line rate share one, in groups of at least
+    MIN_PEERS + 1; -1 for the rest (a storage NIC, a port of a kind with too few peers)."""
+    rates = [rate if ok else None for rate, ok in zip(line_rates, eligible, strict=True)]
+    sizes = {rate: rates.count(rate) for rate in set(rates) if rate is not None}
+    kinds = sorted(rate for rate, size in sizes.items() if size > MIN_PEERS)
+    return [kinds.index(rate) if rate in kinds else -1 for rate in rates]
+
+
+def bin_for(window_scales_ns: Sequence[int]) -> int:
+    """The bins RailBins takes from an analyzer with these window scales: BIN_NS, or its
+    finest window where the scales leave 10 ms out."""
+    return BIN_NS if BIN_NS in window_scales_ns else min(window_scales_ns)

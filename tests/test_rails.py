@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from burstscope.collector.simulation.model import TrafficModel
 from burstscope.collector.simulation.profiles import LIGHT_RAIL, SECOND, SLOW_RAIL, RailFault
+from burstscope.detectors.bursts import Bursts
 from burstscope.detectors.rails import (
     BALANCED,
     BIN_NS,
@@ -123,48 +124,35 @@ def test_steps_not_judged_are_skipped_not_counted_against_a_rail() -> None:
     assert [(f.rail, f.first_step, f.last_step) for f in verdicts(codes, judged)] == [(2, 0, 5)]
 
 
-def test_rail_bins_add_a_bin_split_across_chunks_and_keep_its_peak() -> None:
+def test_rail_bins_take_the_windows_bytes_and_the_bursts_peaks_and_time() -> None:
     bins = RailBins()
-    stamps = np.arange(1, 31, dtype=np.int64) * 1_000_000  # 30 samples of 1 ms
-    utilization = np.linspace(0.0, 0.9, 30)
-    valid = np.ones(30, np.bool_)
-    whole = RailBins()
-    whole.feed(
-        stamps, utilization, valid, 1_000_000_000, np.array([5_000_000]), np.array([25_000_000])
+    ends = np.arange(1, 5, dtype=np.int64) * BIN_NS  # four 10 ms windows, aligned
+    utilization = np.array([0.1, 0.6, 0.2, 0.0])
+    covered = np.array([BIN_NS, BIN_NS, BIN_NS // 2, BIN_NS])
+    burst = Bursts(
+        np.array([12_000_000]),
+        np.array([27_000_000]),
+        np.array([9_000_000]),
+        np.array([0.95]),
+        np.array([0.6]),
     )
-    for part in (slice(0, 14), slice(14, 30)):
-        bins.feed(
-            stamps[part],
-            utilization[part],
-            valid[part],
-            1_000_000_000,
-            np.empty(0, np.int64),
-            np.empty(0, np.int64),
-        )
-    bins.feed(
-        np.empty(0, np.int64),
-        np.empty(0),
-        np.empty(0, np.bool_),
-        1,
-        np.array([5_000_000]),
-        np.array([25_000_000]),
-    )
-    for got, expected in zip(bins.grid(0, 4), whole.grid(0, 4), strict=True):
-        np.testing.assert_allclose(got, expected)
-    nbytes, peak, burst = whole.grid(0, 4)
-    # 1 ms at utilization u of 1 GB/s is u MB; the first sample has no interval before it.
-    assert nbytes.sum() == pytest.approx(utilization[1:].sum() * 1e6)
-    # A sample belongs to the bin of its interval's end: 30 ms opens the fourth bin.
-    assert peak.tolist() == pytest.approx(utilization[[8, 18, 28, 29]].tolist())
-    assert burst.sum() == 20_000_000
+    bins.feed(ends[:2], utilization[:2], covered[:2], 1_000_000_000, Bursts.empty())
+    bins.feed(ends[2:], utilization[2:], covered[2:], 1_000_000_000, burst)
+    nbytes, peak, burst_ns = bins.grid(0, 4)
+    # Bytes: utilization x covered time x rate (1 GB/s: 1 MB a millisecond).
+    np.testing.assert_allclose(nbytes, [1e6, 6e6, 1e6, 0.0])
+    # The burst's peak goes to the bin it starts in; a bin without one keeps its mean.
+    np.testing.assert_allclose(peak, [0.1, 0.95, 0.2, 0.0])
+    assert burst_ns.sum() == pytest.approx(15_000_000) and burst_ns[0] == 0
+    assert bins.span() == (0, 4)
     table = rail_table(
-        [whole, bins, whole],
+        [bins, bins, bins],
         np.array([0, BIN_NS]),
         np.array([BIN_NS, 3 * BIN_NS]),
         np.zeros(2, np.int64),
     )
-    assert table.bytes.shape == (2, 3)  # the steps end at 30 ms: the fourth bin is outside
-    assert table.bytes[:, 0].sum() == pytest.approx(nbytes[:3].sum())
+    np.testing.assert_allclose(table.bytes[:, 0], [1e6, 7e6])
+    np.testing.assert_allclose(table.peak[:, 1], [0.1, 0.95])
 
 
 def test_the_default_node_is_the_same_with_no_faults_and_faults_change_only_their_rail() -> None:

@@ -25,8 +25,8 @@ from burstscope.collector.simulation.profiles import (
     RailFault,
 )
 from burstscope.collector.tracegen import CHUNK_TICKS, sample_times
-from burstscope.detectors.analyzer import DirectionAnalyzer
-from burstscope.detectors.config import NS_PER_SECOND
+from burstscope.detectors.analyzer import Chunk, DirectionAnalyzer
+from burstscope.detectors.config import NS_PER_SECOND, scale_key
 from burstscope.detectors.rails import (
     LIGHT,
     SLOW,
@@ -39,6 +39,7 @@ from burstscope.detectors.rails import (
     step_verdicts,
     verdicts,
 )
+from burstscope.detectors.scales import Windows
 
 INTERVAL_NS = 1_000_000
 FALLBACK_WINDOW_NS = NS_PER_SECOND  # steps where no period is found (as the report)
@@ -78,26 +79,12 @@ def simulate_rails(
                 chunk = analyzers[direction][rail].feed(
                     times.midpoint_ns[rail], counters[direction][rail], None
                 )
-                bins[direction][rail].feed(
-                    chunk.timestamp_ns,
-                    chunk.utilization,
-                    chunk.valid,
-                    port.line_rate_bytes_per_second,
-                    chunk.bursts.start_ns,
-                    chunk.bursts.end_ns,
-                )
+                _bin(bins[direction][rail], chunk, port.line_rate_bytes_per_second)
         model.forget_before((first + count) * INTERVAL_NS)
     for direction in range(DIRECTIONS):
         for rail, port in enumerate(rails):
             chunk = analyzers[direction][rail].finish()
-            bins[direction][rail].feed(
-                chunk.timestamp_ns,
-                chunk.utilization,
-                chunk.valid,
-                port.line_rate_bytes_per_second,
-                chunk.bursts.start_ns,
-                chunk.bursts.end_ns,
-            )
+            _bin(bins[direction][rail], chunk, port.line_rate_bytes_per_second)
     # The steps from both directions' bursts: one node, one job.
     starts, ends, periods = node_steps([b for side in bins for b in side], FALLBACK_WINDOW_NS)
     peers = [0] * len(rails)
@@ -108,6 +95,12 @@ def simulate_rails(
         tables.append(table)
         found.append(verdicts(codes, judged, limits))
     return NodeRails((tables[0], tables[1]), (found[0], found[1]))
+
+
+def _bin(bins: RailBins, chunk: Chunk, line_rate: int) -> None:
+    """What the report does with each chunk (report_model._Direction._bin)."""
+    windows = chunk.windows.get(scale_key(bins.bin_ns), Windows.empty())
+    bins.feed(windows.end_ns, windows.utilization, windows.covered_ns, line_rate, chunk.bursts)
 
 
 @dataclass(frozen=True, slots=True)
