@@ -50,6 +50,7 @@ from burstscope.collector.pipeline import Pipeline, wait_for_first_drain
 from burstscope.collector.recording import Recording, Retention
 from burstscope.collector.sampler import SamplerConfig, SamplerError, parse_interval
 from burstscope.collector.sources.base import CounterSource
+from burstscope.collector.throttle_live import LiveThrottle
 from burstscope.collector.trace import DIRECTORY_MODE, TraceError, TraceInfo
 from burstscope.collector.web_config import (
     WebConfig,
@@ -59,6 +60,7 @@ from burstscope.collector.web_config import (
 )
 from burstscope.detectors.config import Thresholds
 from burstscope.detectors.silence import SilenceWatch
+from burstscope.detectors.throttle import ThrottleLimits
 from burstscope.errors import UsageError
 from burstscope.logging_journal import setup_logging as setup_journal_logging
 from burstscope.logging_journal import stderr_is_journal
@@ -98,6 +100,8 @@ class AgentSettings:
     collectives: CollectiveSettings = field(default_factory=CollectiveSettings)
     # [pfc_watchdog], --pfc-watchdog: pause counters at 10 Hz, storms (collector.pfc_watchdog)
     pfc_watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
+    # [throttle] xmit_wait_tick_ns: port_xmit_wait's tick, for the throttled seconds' causes
+    xmit_wait_tick_ns: float | None = None
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
@@ -181,6 +185,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         jobs=job_settings(config.get, args),
         collectives=collective_settings(config.get, args),
         pfc_watchdog=_pfc_watchdog_settings(config, args),
+        xmit_wait_tick_ns=config.get("throttle", "xmit_wait_tick_ns", None),
     )
 
 
@@ -312,6 +317,10 @@ class Agent:
         self.collector = BurstscopeCollector(self.pipeline.snapshot, __version__, peak_windows)
         self.registry.register(self.collector)
         # Each saturated or long-burst second by its cause (collector.throttle_live).
+        if settings.xmit_wait_tick_ns is not None:
+            self.pipeline.throttle = LiveThrottle(
+                ThrottleLimits(xmit_wait_tick_ns=settings.xmit_wait_tick_ns)
+            )
         self.collector.extra_families.append(self.pipeline.throttle.families)
         # process_cpu_seconds_total, process_resident_memory_bytes, ... of this (the main)
         # process, for the agent's own cost on the fleet dashboard; the sampler process's
@@ -436,6 +445,7 @@ def _restart_only(settings: AgentSettings) -> dict[str, Any]:
         "jobs": settings.jobs,
         "collectives": settings.collectives,
         "pfc_watchdog": settings.pfc_watchdog,
+        "throttle.xmit_wait_tick_ns": settings.xmit_wait_tick_ns,
         "recording": (
             settings.recording_dir,
             settings.recording_piece_seconds,

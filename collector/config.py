@@ -17,6 +17,7 @@ Layout (all tables and keys optional; command-line flags override the file)::
                   proc_root
     [jobs.rdma_resources]  RESOURCE = [DEVICE, ...] (a shared RDMA resource's devices)
     [collectives] dirs, map, clock_offset, label_delay
+    [throttle]    xmit_wait_tick_ns
     [pfc_watchdog] enabled, interval, window, threshold, end_threshold
 
 ``parse_config`` checks each value on its own (types, finite numbers, ranges, durations,
@@ -283,6 +284,13 @@ SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
         "clock_offset": _clock_offset,  # added to every record's time
         # How long samples and burst events wait for the records of their collectives.
         "label_delay": _interval,
+    },
+    # Why a saturated second was throttled (collector.throttle_live): the one limit a site
+    # must tell, since sysfs does not (docs/report.md, "Why a saturated second was throttled").
+    "throttle": {
+        # port_xmit_wait's tick (IBA PortSamplesControl.Tick, as the switch or SM set it):
+        # with it, credit wait is stalled time; without, presence only.
+        "xmit_wait_tick_ns": _number(1.0, 1e9, " ns"),
     },
     # The PFC storm watchdog (collector.pfc_watchdog): pause counters only, at 10 Hz.
     "pfc_watchdog": {

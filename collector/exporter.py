@@ -33,6 +33,8 @@ from burstscope.collector.snapshot import (
 )
 from burstscope.collector.sources.base import DATA_RATE_GAUGE
 from burstscope.collector.sources.port_counters import PORT_COUNTER_SPECS
+from burstscope.collector.throttle_live import FAMILY as THROTTLE_FAMILY
+from burstscope.collector.throttle_live import HELP as THROTTLE_HELP
 from burstscope.detectors.config import DIRECTIONS
 from burstscope.detectors.congestion import CONGESTION_PACKET_COUNTERS
 from burstscope.detectors.counters import CounterKind
@@ -222,6 +224,8 @@ HELP: dict[str, str] = {
     "port pauses its peer. Present only while the storm lasts.",
     "burstscope_port_pfc_storm_seconds_total": "Paused time inside PFC storms on the port, "
     "both directions and every priority. Present from the port's first storm.",
+    # Served by collector.throttle_live through the extra families; its HELP is kept there.
+    THROTTLE_FAMILY: THROTTLE_HELP,
 }
 
 _ERROR_COUNTERS = (

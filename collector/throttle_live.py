@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -174,16 +174,18 @@ class LiveThrottle:
 
     def families(self) -> Iterable[Metric]:
         """The node's family (BurstscopeCollector.extra_families): at most seven series."""
-        totals = self.totals()
-        if not totals:
-            return []
-        family = CounterMetricFamily(
-            FAMILY.removesuffix("_total"), HELP, labels=("direction", "cause")
-        )
-        for direction in DIRECTIONS:
-            counts = totals.get(direction)
-            if counts is None:
-                continue
-            for cause in DIRECTION_CAUSES[direction]:
-                family.add_metric([direction, cause], counts[CAUSES.index(cause)])
-        return [family]
+        return throttle_families(self.totals())
+
+
+def throttle_families(totals: Mapping[str, Sequence[int]]) -> list[Metric]:
+    """Seconds per direction and cause (CAUSES order) as the family; none before the first."""
+    if not totals:
+        return []
+    family = CounterMetricFamily(FAMILY.removesuffix("_total"), HELP, labels=("direction", "cause"))
+    for direction in DIRECTIONS:
+        counts = totals.get(direction)
+        if counts is None:
+            continue
+        for cause in DIRECTION_CAUSES[direction]:
+            family.add_metric([direction, cause], counts[CAUSES.index(cause)])
+    return [family]

@@ -234,6 +234,9 @@ def _families() -> dict[str, tuple[str, list[str]]]:
 
     storm = WatchdogFigures(1, 0, 0.0, 1, {("mlx5_0", 1, "receive", 3): 1.0}, {("mlx5_0", 1): 0.4})
     collector.extra_families.append(lambda: pfc_watchdog_families(storm))
+    from burstscope.collector.throttle_live import throttle_families
+
+    collector.extra_families.append(lambda: throttle_families({"transmit": (0, 0, 0, 0)}))
     found: dict[str, tuple[str, list[str]]] = {}
     for family in collector.collect():
         name = family.name + ("_total" if family.type == "counter" else "")

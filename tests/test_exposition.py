@@ -118,6 +118,9 @@ def test_every_help_family_is_declared_once(fixture_scrape: str) -> None:
         # ports below their peers where two ports share a device model (the hardware tree).
         "burstscope_port_silent_under_job",
         "burstscope_port_below_peers",
+        # Throttled seconds once a saturated or long-burst second of a port with congestion
+        # counters is judged (tests/test_throttle_live.py); the fixture node saturates none.
+        "burstscope_throttled_seconds_total",
         "burstscope_collective_",
         "burstscope_mqtt_",
         "burstscope_recording_",
