@@ -382,6 +382,63 @@ def fleet_jobs_row() -> list[Json]:
     ]
 
 
+def _culprit_count(title: str, description: str, expr: str) -> Json:
+    """A count of ports or events that name a culprit: 0 is green."""
+    return stat(
+        title,
+        description,
+        [target(f"{expr} or vector(0)", "ports", instant=True)],
+        (6, 5),
+        [{"color": "green", "value": None}, {"color": "red", "value": 1}],
+        value_mappings({"0": ("none", "green")}),
+    )
+
+
+def fleet_culprits_row() -> list[Json]:
+    """What holds a job back, from the agents' own judgements: silent ports under a job,
+    links slower than their peers, PFC storms, and why saturated seconds were throttled."""
+    return [
+        row("Culprits"),
+        _culprit_count(
+            "Ports silent under a job",
+            "Ports that carried their running job's traffic and have moved nothing for the "
+            "agent's [jobs] silence (10 min): a hung job or a dead path (alert "
+            "BurstscopePortSilentUnderJob; docs/jobs.md).",
+            f"count(burstscope_port_silent_under_job{{{NODES}}} == 1)",
+        ),
+        _culprit_count(
+            "Ports below their peers",
+            "Ports whose line rate is below the fastest port of their NIC model on the node: a "
+            "link trained at a lower speed or width (alert BurstscopePortBelowPeers).",
+            f"count(burstscope_port_below_peers{{{NODES}}} == 1)",
+        ),
+        _culprit_count(
+            "PFC storms, last hour",
+            "Storms the agents' PFC watchdogs declared in the last hour (a port "
+            "priority paused for most of 400 ms; [pfc_watchdog] enabled; alert "
+            "BurstscopePfcStorm). Which port: the pfc_storm events on MQTT.",
+            f"round(sum(increase(burstscope_pfc_storms_total{{{NODES}}}[1h])))",
+        ),
+        panel(
+            "timeseries",
+            "Why saturated seconds were throttled",
+            "Seconds of the fleet's port directions that held a saturated sample or a burst of "
+            "100 ms or more, per second, by the cause their congestion counters give: pfc "
+            "(paused), ecn (ECN marks or CNPs), credit (port_xmit_wait), clean (none: the link "
+            "was simply full). burstscope_throttled_seconds_total; docs/report.md.",
+            [
+                target(
+                    "sum by (cause) (" + rate_of("burstscope_throttled_seconds_total", NODES) + ")",
+                    "{{cause}}",
+                )
+            ],
+            "short",
+            (6, 5),
+            interval=FLEET_MIN_INTERVAL,
+        ),
+    ]
+
+
 def fleet_agents_row() -> list[Json]:
     """Whether every agent runs, samples on time, and what it costs its node."""
     return [
@@ -443,7 +500,13 @@ def fleet_overview(selectors: Selectors = DEFAULT) -> Json:
         UID,
         "burstscope / Fleet overview",
         "Millisecond peaks of every RDMA port beside the 15 s averages other exporters show.",
-        [*fleet_peaks_row(), *fleet_jobs_row(), *fleet_trends_row(), *fleet_agents_row()],
+        [
+            *fleet_peaks_row(),
+            *fleet_jobs_row(),
+            *fleet_culprits_row(),
+            *fleet_trends_row(),
+            *fleet_agents_row(),
+        ],
         drilldown=False,
         selectors=selectors,
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from burstscope.testing.processes import free_port, wait_for
+from burstscope.testing.processes import free_port, wait_for, wait_until
 from burstscope.testing.simulated_fleet import (
     Fleet,
     Prometheus,
@@ -37,6 +37,9 @@ NOT_SIMULATED = (
     "burstscope_port_pfc_pause_frames_total",
     "burstscope_port_errors_total",
     "burstscope_port_link_downed_total",
+    # Settled 3 s behind the samples: not yet in the fleet's 5 s capture of a sim agent
+    # (tests/test_operator_labels.py shows the panel's data from a longer-running agent).
+    "burstscope_throttled_seconds_total",
 )
 
 
@@ -84,17 +87,27 @@ def test_every_panel_query_returns_data(fleet_and_prometheus: tuple[Fleet, Prome
     fleet, prom = fleet_and_prometheus
     node = f"{fleet.nodes[1].address}:{fleet.port}"
     wait_for(lambda: prom.value("count(instance:burstscope_port_bursts:rate1m)") > 0, 60, "rules")
-    problems, exempt = [], []
-    for t in dashboard_targets():
-        query = substitute(t.expr, node if t.dashboard == "port-drilldown" else "", 15, 1)
-        answer = prom.get("/api/v1/query", query=query)
-        if answer.get("status") != "success":
-            problems.append(f"{t.dashboard}: {t.title}: {answer.get('error')}")
-        elif not answer["data"]["result"]:
-            simulated = not any(name in t.expr for name in NOT_SIMULATED)
-            (problems if simulated else exempt).append(f"{t.title}: {query}")
+    problems: list[str] = []
+    exempt: list[str] = []
+
+    def every_panel_answers() -> bool:
+        # Each recording rule group records on its own schedule: on a loaded machine one
+        # can lag the others by an evaluation, so ask again until all answer or time is up.
+        problems.clear()
+        exempt.clear()
+        for t in dashboard_targets():
+            query = substitute(t.expr, node if t.dashboard == "port-drilldown" else "", 15, 1)
+            answer = prom.get("/api/v1/query", query=query)
+            if answer.get("status") != "success":
+                problems.append(f"{t.dashboard}: {t.title}: {answer.get('error')}")
+            elif not answer["data"]["result"]:
+                simulated = not any(name in t.expr for name in NOT_SIMULATED)
+                (problems if simulated else exempt).append(f"{t.title}: {query}")
+        return not problems
+
+    wait_until(every_panel_answers, 60)
     assert problems == []
-    assert len(exempt) <= 3
+    assert len(exempt) <= 4
 
 
 def test_agent_down_fires_for_a_stopped_node_only(

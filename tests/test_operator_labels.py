@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from burstscope.testing import simulated_fleet
 from burstscope.testing.emulated_node import CounterWriter, EmulatedNode, Load, running_agent
@@ -48,6 +49,7 @@ from tests.test_prometheus_integration import (
 pytestmark = pytest.mark.integration
 
 DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards"
+ALERTS_FILE = DASHBOARDS / "prometheus" / "alerts.rules.yml"
 NAMESPACE = "monitoring"
 JOB = f"{NAMESPACE}/burstscope-agent"  # what the operator calls a PodMonitor's job
 CLUSTER = "east"
@@ -240,4 +242,10 @@ def test_alerts_fire_on_the_operator_labels(prometheus: Prometheus) -> None:
         if rule["health"] != "ok"
     ]
     assert unhealthy == []
-    assert len([rule for group in groups for rule in group["rules"]]) == 28
+    # Every rule of both files was loaded and evaluated.
+    in_files = sum(
+        len(group["rules"])
+        for path in (DASHBOARDS / "prometheus" / "recording.rules.yml", ALERTS_FILE)
+        for group in yaml.safe_load(path.read_text())["groups"]
+    )
+    assert len([rule for group in groups for rule in group["rules"]]) == in_files
