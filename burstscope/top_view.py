@@ -27,6 +27,7 @@ from burstscope.collector.jobs.model import STORAGE, JobTable
 from burstscope.collector.snapshot import Snapshot
 from burstscope.detectors.config import DIRECTIONS
 from burstscope.detectors.congestion import CNPS, ECN_MARKED, congestion_direction
+from burstscope.detectors.rails import KIND_NAMES
 from burstscope.fitting import fit
 
 WINDOW_NS = 15_000_000_000
@@ -63,6 +64,7 @@ class Row:
     seen_ns: int  # how much of the 15 s window has samples
     stuck: tuple[str, ...] = ()  # PortCounters of the port at all-ones: no longer counting
     jobs: str = "-"  # the jobs holding the port ("4242", "4242 storage", "-": none)
+    rail: str = ""  # "light" or "slow" while the rail is flagged against its peers
 
 
 def port_jobs(table: JobTable, device: str, port: int) -> str:
@@ -115,6 +117,7 @@ def rows(snapshot: Snapshot, now_window_ns: int) -> list[Row]:
                     seen_ns=live.seen_ns(WINDOW_NS, now),
                     stuck=tuple(stuck.get(key[:2], ())),
                     jobs=port_jobs(snapshot.jobs, port.spec.device, port.spec.port),
+                    rail=rail_marks(snapshot).get(key[:2], ""),
                 )
             )
         groups.append(pair)
@@ -129,6 +132,11 @@ def rows(snapshot: Snapshot, now_window_ns: int) -> list[Row]:
 
     groups.sort(key=urgency)
     return [row for pair in groups for row in pair]
+
+
+def rail_marks(snapshot: Snapshot) -> dict[tuple[str, int], str]:
+    """The rails flagged against their peers (detectors.rails), by port: light or slow."""
+    return {key: KIND_NAMES[kind] for key, kind in snapshot.rails.flagged.items()}
 
 
 def stuck_counters(snapshot: Snapshot) -> dict[tuple[str, int], list[str]]:
@@ -196,7 +204,13 @@ def _columns(now_label: str, jobs: bool = False) -> tuple[Column, ...]:
 
     job = (Column("job\n", "left", 1, 4, lambda r: Text(r.jobs)),) if jobs else ()
     return (
-        Column("port\n", "left", 0, 8, lambda r: Text(r.port)),
+        Column(
+            "port\n",
+            "left",
+            0,
+            8,
+            lambda r: Text(r.port) + Text(f" {r.rail}", "bold red") if r.rail else Text(r.port),
+        ),
         Column("dir\n", "left", 0, 3, lambda r: "tx" if r.direction == "transmit" else "rx"),
         *job,
         Column("avg\n15 s", "right", 0, 4, lambda r: styled(r.average)),
@@ -266,6 +280,8 @@ def table(
         notes.append(f"15 s figures over the first {partial / 1e9:.0f} s")
     for (device, port), names in sorted(stuck_counters(snapshot).items()):
         notes.append(f"{device}/{port} stuck at all-ones: {', '.join(names)}")
+    for (device, port), kind in sorted(rail_marks(snapshot).items()):
+        notes.append(f"{device}/{port} {kind} rail beside its peers")
     notes.append("q quits")
     ports = [found[i : i + len(DIRECTIONS)] for i in range(0, len(found), len(DIRECTIONS))]
 
@@ -328,6 +344,7 @@ def plain_lines(snapshot: Snapshot, every_ns: int) -> list[str]:
         )
         + ("" if row.seen_ns >= WINDOW_NS else f" (15s over first {row.seen_ns / 1e9:.0f}s)")
         + (f" stuck={','.join(row.stuck)}" if row.stuck else "")
+        + (f" rail={row.rail}" if row.rail else "")
         + ("" if row.jobs == "-" else f" job={row.jobs.replace(', ', ',').replace(' ', ':')}")
         for row in rows(snapshot, every_ns)
     ]

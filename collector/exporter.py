@@ -43,6 +43,7 @@ from burstscope.detectors.live import (
     HISTORY_NS,
     UTILIZATION_BUCKETS,
 )
+from burstscope.detectors.rails import KIND_NAMES
 
 if TYPE_CHECKING:  # only an agent with a dump directory loads the collective labels
     from burstscope.collector.collectives.live import CollectiveFigures
@@ -224,6 +225,14 @@ HELP: dict[str, str] = {
     "port pauses its peer. Present only while the storm lasts.",
     "burstscope_port_pfc_storm_seconds_total": "Paused time inside PFC storms on the port, "
     "both directions and every priority. Present from the port's first storm.",
+    "burstscope_rails_imbalanced": "Training rails of this node flagged imbalanced against "
+    "their peers (rails of one line rate, a job's storage NIC left out) in 4 of the last 5 "
+    "common 15 s windows: carrying under 0.85x the median of the others' bytes, or peaking "
+    "under 0.85x theirs while draining over 1.15x as long. Present once three rails or more "
+    "were judged.",
+    "burstscope_rail_imbalanced": "1 while the rail is flagged (see burstscope_rails_imbalanced);"
+    " kind light (carries less than its peers: hash polarisation, NCCL on fewer rails) or slow "
+    "(a lower peak for longer: a degraded lane). Absent while the rail is not flagged.",
     # Served by collector.throttle_live through the extra families; its HELP is kept there.
     THROTTLE_FAMILY: THROTTLE_HELP,
 }
@@ -357,6 +366,16 @@ def _peer_families(out: _Families, snap: Snapshot) -> None:
         out.gauge("burstscope_port_below_peers", PORT, [device, str(port)], fastest > 0)
 
 
+def _rail_families(out: _Families, snap: Snapshot) -> None:
+    """One series per node once rails are judged, and one per rail while it is flagged."""
+    if not snap.rails.judged:
+        return
+    out.gauge("burstscope_rails_imbalanced", (), [], len(snap.rails.flagged))
+    for (device, port), kind in sorted(snap.rails.flagged.items()):
+        labels = [device, str(port), KIND_NAMES[kind]]
+        out.gauge("burstscope_rail_imbalanced", (*PORT, "kind"), labels, 1)
+
+
 class BurstscopeCollector(Collector):
     """Yields every family from one snapshot per scrape."""
 
@@ -392,6 +411,7 @@ class BurstscopeCollector(Collector):
         self._health(out, snap)
         _job_families(out, snap)
         _peer_families(out, snap)
+        _rail_families(out, snap)
         out.gauge("burstscope_scrape_duration_seconds", (), [], self._previous_scrape_seconds)
         out.gauge("burstscope_info", ("version", "source"), [self._version, snap.source], 1)
         families = list(out.families.values())

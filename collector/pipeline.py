@@ -28,7 +28,7 @@ import numpy as np
 
 from burstscope.collector.intake import DRAIN_SECONDS, Intake, Taken
 from burstscope.collector.jobs.accounting import JobAccounts
-from burstscope.collector.jobs.model import EMPTY_TABLE, JobTable
+from burstscope.collector.jobs.model import EMPTY_TABLE, STORAGE, JobTable
 from burstscope.collector.probe import ReadCost, judge_ring, verdict
 from burstscope.collector.recording import Recording
 from burstscope.collector.ring import Field, Ring
@@ -44,6 +44,7 @@ from burstscope.collector.snapshot import (
     TIMING_BUCKETS_SECONDS,
     Health,
     PortView,
+    RailVerdicts,
     Snapshot,
     direction_view,
 )
@@ -56,6 +57,7 @@ from burstscope.detectors.bursts import Bursts
 from burstscope.detectors.config import DIRECTIONS, Thresholds
 from burstscope.detectors.line_rate import rate_runs
 from burstscope.detectors.live import LiveDirection, cumulative_counts
+from burstscope.detectors.rails import LiveRails, rail_groups
 from burstscope.detectors.silence import SilenceStarted, SilenceWatch
 
 if TYPE_CHECKING:  # the writer loads pyarrow: only an agent that records needs it
@@ -142,6 +144,10 @@ class Pipeline:
         self.silence = SilenceWatch()  # the agent sets its threshold ([jobs] silence)
         # Each saturated or long-burst second by its cause (collector.throttle_live).
         self.throttle = LiveThrottle()
+        # Each port's coarse windows beside its peers' (detectors.rails): rails imbalanced.
+        self.rails: LiveRails[tuple[str, int]] = LiveRails(
+            coarse_window_ns=self.thresholds.coarse_window_ns
+        )
         self.supervisor = Supervisor(self, lambda reason: self.on_fatal(reason))
 
     @property
@@ -273,6 +279,7 @@ class Pipeline:
                 table = self.jobs()
                 self.job_accounts.add(table, self._port_totals())
                 self._watch_silence(table)
+            self._judge_rails()
         if self.read_cost is None:
             self._judge_reads()
         for spec, direction, bursts in closed:
@@ -308,6 +315,15 @@ class Pipeline:
                     change.silent_seconds,
                     change.reason.replace("_", " "),
                 )
+
+    def _judge_rails(self) -> None:
+        """The rails of one line rate side by side, a job's storage NICs left out."""
+        table = self.jobs() if self.jobs is not None else EMPTY_TABLE
+        storage = {(h.device, h.port) for h in table.holdings if h.role == STORAGE}
+        ports = [
+            ((s.spec.device, s.spec.port), s.spec.line_rate_bytes_per_second) for s in self._ports
+        ]
+        self.rails.judge(rail_groups(ports, storage))
 
     def _port_totals(self) -> list[tuple[str, int, int, int, int]]:
         """Each port's cumulative saturated and hidden saturated ns and burst bytes, both
@@ -392,6 +408,8 @@ class Pipeline:
             chunk = state.analyzers[direction].feed(stamps, values, port.rebaseline[piece])
             state.live[direction].update(chunk)
             self.throttle.feed(state.spec, direction, chunk, state.analyzers[direction])
+            key = (state.spec.device, state.spec.port)
+            self.rails.feed_chunk(key, direction, state.spec.line_rate_bytes_per_second, chunk)
             for listener in self.chunk_listeners:
                 listener(state.spec, direction, chunk)
             if len(chunk.bursts):
@@ -429,6 +447,7 @@ class Pipeline:
             now = self._views_now_ns
             figures = self.job_accounts.figures() if self.jobs is not None else {}
             silent_since = self.silence.states() if self.jobs is not None else {}
+            rails = RailVerdicts(dict(self.rails.flagged), len(self.rails.judged))
         jobs = self.jobs() if self.jobs is not None else EMPTY_TABLE
         slow = self.slow.snapshot() if self.slow is not None else None
         recording = self.trace.health() if self.trace is not None else None
@@ -446,6 +465,7 @@ class Pipeline:
             jobs,
             figures,
             silent_since,
+            rails,
         )
 
     def _view(self, state: _PortState) -> PortView:

@@ -95,6 +95,15 @@ class Health:
 
 
 @dataclass(frozen=True, slots=True)
+class RailVerdicts:
+    """The rails flagged as of the latest coarse windows (port -> detectors.rails LIGHT or
+    SLOW), and how many rails were judged (in a peer group with enough windows)."""
+
+    flagged: dict[tuple[str, int], int] = field(default_factory=dict)
+    judged: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     source: str
     now_ns: int  # wall clock of the newest sample
@@ -112,6 +121,8 @@ class Snapshot:
     # Ports that carried traffic for the jobs holding them now (detectors.silence): when a
     # silent one last moved a byte (wall clock ns), None while it is not silent.
     silent_since: dict[tuple[str, int], int | None] = field(default_factory=dict)
+    # Training rails against their peers over the coarse windows (detectors.rails).
+    rails: RailVerdicts = field(default_factory=lambda: RailVerdicts())
 
 
 def below_peer_rates(snapshot: Snapshot) -> dict[tuple[str, int], int]:

@@ -323,6 +323,33 @@ ALERTS = Group(
                 """,
         ),
         Alert(
+            "BurstscopeRailImbalance",
+            expr="""
+                burstscope_rail_imbalanced{%(burstscopeSelector)s} == 1
+                """,
+            comment="""
+                The agent flags a training rail against its peers on the node (rails of one line
+                rate, a job's storage NIC left out; detectors/rails.py) when it carried under
+                0.85x the median of the others' bytes (light) or peaked under 0.85x theirs
+                while draining over 1.15x as long (slow) in 4 of the last 5 common 15 s
+                windows: the agent already waited about a minute and a quarter; "for" asks
+                that it last 10 minutes, a stretch of many steps, before anyone looks.
+                """,
+            duration="10m",
+            severity="warning",
+            summary=(
+                "{{ $labels.device }} port {{ $labels.port }} is a {{ $labels.kind }} rail "
+                "beside its peers"
+            ),
+            description="""
+                {{ $labels.instance }} {{ $labels.device }} port {{ $labels.port }} has been
+                {{ $labels.kind }} against the node's other training rails for 10 minutes:
+                light, it carries clearly less (hash polarisation of the flows, NCCL using
+                fewer rails); slow, it moves its share at a clearly lower peak for longer (a
+                degraded lane, a link at a lower width). Every step of the job waits for it.
+                """,
+        ),
+        Alert(
             "BurstscopePortDisappeared",
             expr="""
                 max_over_time(instance_device_port:burstscope_port_state:max_over_time5m[1h])

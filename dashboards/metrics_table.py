@@ -136,11 +136,13 @@ def _families() -> dict[str, tuple[str, list[str]]]:
         DirectionView,
         Health,
         PortView,
+        RailVerdicts,
         Snapshot,
     )
     from burstscope.collector.sources.base import PortSpec, UnsampledPort
     from burstscope.detectors.config import Thresholds
     from burstscope.detectors.live import LiveDirection
+    from burstscope.detectors.rails import LIGHT
 
     spec = PortSpec("mlx5_0", 1, 50_000_000_000)
     view = DirectionView(
@@ -219,6 +221,7 @@ def _families() -> dict[str, tuple[str, list[str]]]:
         ),
         {"1": JobFigures()},
         {("mlx5_0", 1): None},  # a port the job used, not silent
+        RailVerdicts({("mlx5_0", 1): LIGHT}, 3),  # a rail carrying less than its peers
     )
     collector = BurstscopeCollector(lambda: snapshot, version="0")
     publisher = SimpleNamespace(connected=True, spool_depth=0, dropped=0, published=0)

@@ -42,13 +42,16 @@ Pure numpy: no clock, no files. Scores against injected faults: burstscope.testi
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import numpy as np
 
+from burstscope.detectors.analyzer import Chunk
 from burstscope.detectors.arrays import F64, I64, B
 from burstscope.detectors.bursts import Bursts
+from burstscope.detectors.config import Thresholds, scale_key
 from burstscope.detectors.periodicity import burst_series, iteration_period
 
 BIN_NS = 10_000_000
@@ -56,6 +59,7 @@ SEGMENT_NS = 60_000_000_000  # the period is found anew in each minute
 MIN_PEERS = 2  # others a rail is compared with: a median of two at least
 BALANCED, LIGHT, SLOW = 0, 1, 2
 KIND_NAMES = {LIGHT: "light", SLOW: "slow"}
+K = TypeVar("K", bound=Hashable)  # a port's key, as the caller names ports
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +330,13 @@ def flagged_now(codes: I64, judged: B, limits: RailLimits | None = None) -> dict
     return out
 
 
+def rail_groups(ports: Sequence[tuple[K, int]], storage: Collection[K] = ()) -> dict[K, int]:
+    """Live: (port key, line rate) of the node's ports, and those a job holds for storage
+    -> the peer group of each (peer_groups)."""
+    groups = peer_groups([rate for _, rate in ports], [key not in storage for key, _ in ports])
+    return {key: group for (key, _), group in zip(ports, groups, strict=True)}
+
+
 def peer_groups(line_rates: Sequence[int], eligible: Sequence[bool]) -> list[int]:
     """A group id per port: eligible ports of one line rate share one, in groups of at least
     MIN_PEERS + 1; -1 for the rest (a storage NIC, a port of a kind with too few peers)."""
@@ -339,3 +350,125 @@ def bin_for(window_scales_ns: Sequence[int]) -> int:
     """The bins RailBins takes from an analyzer with these window scales: BIN_NS, or its
     finest window where the scales leave 10 ms out."""
     return BIN_NS if BIN_NS in window_scales_ns else min(window_scales_ns)
+
+
+@dataclass(slots=True)
+class _LiveWindows:
+    """One port direction's closed windows (end, bytes, peak, burst ns), the newest last,
+    and the bursts of the window still open."""
+
+    ends: list[int] = field(default_factory=list)
+    rows: list[tuple[float, float, float]] = field(default_factory=list)
+    open_peak: float = 0.0
+    open_burst_ns: float = 0.0
+
+
+class LiveRails(Generic[K]):
+    """The agent's rails side by side: each port direction's coarse windows (15 s, several
+    steps of a job each: the agent does not look for the period) as steps, and the rails
+    flagged as of the newest window the rails of a group have in common.
+
+    Bounded: ``keep`` windows per port direction. A burst counts in the window it ends in
+    (the tracker hands it over when it closes); its peak raises that window's.
+    """
+
+    def __init__(
+        self,
+        limits: RailLimits | None = None,
+        keep: int = 0,
+        coarse_window_ns: int = Thresholds().coarse_window_ns,
+    ) -> None:
+        self.limits = limits or RailLimits()
+        self.coarse_key = scale_key(coarse_window_ns)
+        self.keep = keep or 2 * self.limits.stretch
+        self._windows: dict[tuple[K, str], _LiveWindows] = {}
+        self.flagged: dict[K, int] = {}  # port key -> LIGHT or SLOW, as of judge()
+        self.judged: set[K] = set()  # ports in a peer group with enough windows
+
+    def feed(
+        self,
+        key: K,
+        direction: str,
+        line_rate_bytes_per_second: int,
+        windows: tuple[I64, F64, I64],
+        bursts: Bursts,
+    ) -> None:
+        """A chunk's closed coarse windows (aligned ends, utilization, covered ns) and its
+        closed bursts, for port ``key``'s ``direction``."""
+        state = self._windows.setdefault((key, direction), _LiveWindows())
+        ends, utilization, covered = windows
+        burst_end = bursts.end_ns
+        for index in range(int(ends.size)):
+            end = int(ends[index])
+            inside = burst_end <= end
+            if inside.any():
+                state.open_peak = max(state.open_peak, float(bursts.peak_utilization[inside].max()))
+                state.open_burst_ns += float((burst_end - bursts.start_ns)[inside].sum())
+                bursts = _after(bursts, ~inside)
+                burst_end = bursts.end_ns
+            mean = float(utilization[index])
+            nbytes = mean * float(covered[index]) * line_rate_bytes_per_second / 1e9
+            state.ends.append(end)
+            state.rows.append((nbytes, max(mean, state.open_peak), state.open_burst_ns))
+            state.open_peak, state.open_burst_ns = 0.0, 0.0
+        if len(bursts):
+            state.open_peak = max(state.open_peak, float(bursts.peak_utilization.max()))
+            state.open_burst_ns += float((bursts.end_ns - bursts.start_ns).sum())
+        del state.ends[: -self.keep], state.rows[: -self.keep]
+
+    def feed_chunk(
+        self, key: K, direction: str, line_rate_bytes_per_second: int, chunk: Chunk
+    ) -> None:
+        """What the analyzer made of a drained piece: its coarse windows and bursts."""
+        windows = chunk.windows.get(self.coarse_key)
+        ends = windows.end_ns if windows is not None else np.empty(0, np.int64)
+        utilization = windows.utilization if windows is not None else np.empty(0)
+        covered = windows.covered_ns if windows is not None else np.empty(0, np.int64)
+        self.feed(
+            key, direction, line_rate_bytes_per_second, (ends, utilization, covered), chunk.bursts
+        )
+
+    def judge(self, groups: dict[K, int]) -> dict[K, int]:
+        """The verdict per port of the groups given (port key -> group id; a port outside
+        every group is not judged): both directions, over the windows every rail of the
+        group has; a port flagged in either direction is flagged, LIGHT before SLOW."""
+        self.flagged, self.judged = {}, set()
+        members: dict[int, list[K]] = {}
+        for key, group in groups.items():
+            if group >= 0:
+                members.setdefault(group, []).append(key)
+        for keys in members.values():
+            if len(keys) <= MIN_PEERS:
+                continue
+            for direction in ("transmit", "receive"):
+                states = [self._windows.get((key, direction)) for key in keys]
+                if any(s is None or not s.ends for s in states):
+                    continue
+                common = set.intersection(*(set(s.ends) for s in states if s is not None))
+                ends = sorted(common)[-self.limits.stretch :]
+                if len(ends) < self.limits.stretch:
+                    continue
+                rows = np.array(
+                    [[s.rows[s.ends.index(end)] for s in states if s is not None] for end in ends]
+                )  # (windows, rails, 3)
+                codes, judged = step_verdicts(rows[:, :, 0], rows[:, :, 1], [0] * len(keys))
+                self.judged.update(keys)
+                for column, kind in flagged_now(codes, judged, self.limits).items():
+                    key = keys[column]
+                    self.flagged[key] = min(self.flagged.get(key, kind), kind)
+        return dict(self.flagged)
+
+    def forget(self, keep: Collection[K]) -> None:
+        """Drop the windows of ports no longer sampled."""
+        for key in [k for k in self._windows if k[0] not in keep]:
+            del self._windows[key]
+
+
+def _after(bursts: Bursts, keep: B) -> Bursts:
+    return Bursts(
+        bursts.start_ns[keep],
+        bursts.end_ns[keep],
+        bursts.bytes[keep],
+        bursts.peak_utilization[keep],
+        bursts.mean_utilization[keep],
+    )

@@ -66,7 +66,7 @@ def test_promtool_check_rules() -> None:
     result = promtool("check", "rules", str(RECORDING), str(ALERTS))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 18 rules found" in result.stdout
-    assert "SUCCESS: 13 rules found" in result.stdout
+    assert "SUCCESS: 14 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -112,6 +112,7 @@ def test_every_alert_is_unit_tested_firing_and_silent() -> None:
         "BurstscopeLinkDegraded",
         "BurstscopePortBelowPeers",
         "BurstscopePortSilentUnderJob",
+        "BurstscopeRailImbalance",
         "BurstscopePortDisappeared",
         "BurstscopeAgentLagging",
     }

@@ -30,6 +30,7 @@ from burstscope.detectors.config import NS_PER_SECOND, scale_key
 from burstscope.detectors.rails import (
     LIGHT,
     SLOW,
+    LiveRails,
     RailBins,
     RailFinding,
     RailLimits,
@@ -101,6 +102,44 @@ def _bin(bins: RailBins, chunk: Chunk, line_rate: int) -> None:
     """What the report does with each chunk (report_model._Direction._bin)."""
     windows = chunk.windows.get(scale_key(bins.bin_ns), Windows.empty())
     bins.feed(windows.end_ns, windows.utilization, windows.covered_ns, line_rate, chunk.bursts)
+
+
+def live_flags(
+    seed: int, seconds: float, faults: Sequence[RailFault] = (), profile: str = "moe"
+) -> dict[int, tuple[int, int]]:
+    """The agent's verdict (detectors.rails.LiveRails over its 15 s windows) on the node:
+    rail -> (kind, model ns of the first drain that flagged it), judged every 5 s."""
+    model = TrafficModel(profile, seed=seed, rail_faults=tuple(faults))
+    rails = [PORTS[r] for r in range(TRAINING_PORTS)]
+    analyzers = [
+        [DirectionAnalyzer(p.line_rate_bytes_per_second, keep_bursts=False) for p in rails]
+        for _ in range(DIRECTIONS)
+    ]
+    live: LiveRails[int] = LiveRails()
+    coarse = scale_key(analyzers[0][0].thresholds.coarse_window_ns)
+    first: dict[int, tuple[int, int]] = {}
+    ticks = int(seconds * NS_PER_SECOND) // INTERVAL_NS + 1
+    for start in range(0, ticks, CHUNK_TICKS):
+        count = min(CHUNK_TICKS, ticks - start)
+        times = sample_times(start // CHUNK_TICKS, count, INTERVAL_NS, len(PORTS), seed)
+        counters = model.counters_at(times.midpoint_ns)
+        for direction, name in enumerate(("transmit", "receive")):
+            for rail, port in enumerate(rails):
+                chunk = analyzers[direction][rail].feed(
+                    times.midpoint_ns[rail], counters[direction][rail], None
+                )
+                windows = chunk.windows.get(coarse, Windows.empty())
+                live.feed(
+                    rail,
+                    name,
+                    port.line_rate_bytes_per_second,
+                    (windows.end_ns, windows.utilization, windows.covered_ns),
+                    chunk.bursts,
+                )
+        for key, kind in live.judge(dict.fromkeys(range(len(rails)), 0)).items():
+            first.setdefault(key, (kind, (start + count) * INTERVAL_NS))
+        model.forget_before((start + count) * INTERVAL_NS)
+    return first
 
 
 @dataclass(frozen=True, slots=True)
