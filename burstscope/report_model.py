@@ -205,7 +205,7 @@ class _Direction:
         self._keep(chunk)
 
     def _bin(self, chunk: Chunk) -> None:
-        windows = chunk.windows.get(scale_key(self.rails.bin_ns), Windows.empty())
+        windows = chunk.windows.get(self.rails.window_key, Windows.empty())
         rate = self.analyzer.line_rate_bytes_per_second
         self.rails.feed(windows.end_ns, windows.utilization, windows.covered_ns, rate, chunk.bursts)
 
@@ -619,7 +619,9 @@ def _rails(source: str, ports: list[_Port], compute: set[tuple[str, int]]) -> Ra
     if not chosen:
         return None
     bins = [[d.rails for d in p.directions or ()] for p, _ in chosen]
-    starts, ends, periods = node_steps([b for both in bins for b in both], RAIL_WINDOW_NS)
+    # The period from the transmit bursts: the job's steps time both directions alike.
+    every = [b for both in bins for b in both]
+    starts, ends, periods = node_steps(every, RAIL_WINDOW_NS, timing=[b[0] for b in bins])
     directions = []
     for index, name in enumerate(DIRECTIONS):
         table = rail_table([both[index] for both in bins], starts, ends, periods)

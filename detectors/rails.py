@@ -41,6 +41,7 @@ Pure numpy: no clock, no files. Scores against injected faults: burstscope.testi
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -52,7 +53,7 @@ from burstscope.detectors.analyzer import Chunk
 from burstscope.detectors.arrays import F64, I64, B
 from burstscope.detectors.bursts import Bursts
 from burstscope.detectors.config import Thresholds, scale_key
-from burstscope.detectors.periodicity import burst_series, iteration_period
+from burstscope.detectors.periodicity import iteration_period
 
 BIN_NS = 10_000_000
 SEGMENT_NS = 60_000_000_000  # the period is found anew in each minute
@@ -78,6 +79,11 @@ class RailLimits:
             raise ValueError("needed must be in 1 .. stretch")
 
 
+@functools.cache
+def _window_key(bin_ns: int) -> str:
+    return scale_key(bin_ns)
+
+
 @dataclass(slots=True)
 class RailBins:
     """One port direction's traffic in ``bin_ns`` bins of absolute time, from what the
@@ -92,6 +98,12 @@ class RailBins:
     _burst_start: list[I64] = field(default_factory=list)
     _burst_end: list[I64] = field(default_factory=list)
     _burst_peak: list[F64] = field(default_factory=list)
+    _grid: tuple[tuple[int, int], tuple[F64, F64]] | None = None
+
+    @property
+    def window_key(self) -> str:
+        """The analyzer's name for the windows of ``bin_ns`` (Chunk.windows' key)."""
+        return _window_key(self.bin_ns)
 
     def feed(
         self,
@@ -102,6 +114,7 @@ class RailBins:
         bursts: Bursts,
     ) -> None:
         """The ``bin_ns`` windows a chunk closed (aligned ends) and the bursts it closed."""
+        self._grid = None
         if len(bursts):
             self._burst_start.append(bursts.start_ns)
             self._burst_end.append(bursts.end_ns)
@@ -119,25 +132,48 @@ class RailBins:
             return None
         return int(self._bins[0][0]), int(self._bins[-1][-1]) + 1
 
-    def grid(self, first_bin: int, bins: int) -> tuple[F64, F64, F64]:
-        """Bytes, peak and burst ns per bin over [first_bin, first_bin + bins)."""
+    def grid(self, first_bin: int, bins: int) -> tuple[F64, F64]:
+        """Bytes and peak per bin over [first_bin, first_bin + bins); the last grid asked
+        for is kept (the steps and the table ask for the same one)."""
+        if self._grid is not None and self._grid[0] == (first_bin, bins):
+            return self._grid[1]
         nbytes = np.zeros(bins, np.float64)
         peak = np.zeros(bins, np.float64)
         if self._bins:
             index = np.concatenate(self._bins) - first_bin
             keep = (index >= 0) & (index < bins)
-            np.add.at(nbytes, index[keep], np.concatenate(self._bytes)[keep])
-            np.maximum.at(peak, index[keep], np.concatenate(self._mean)[keep])
-        burst = np.zeros(bins, np.float64)
+            # A window closes once: each bin is fed at most once, in time order.
+            nbytes[index[keep]] = np.concatenate(self._bytes)[keep]
+            peak[index[keep]] = np.concatenate(self._mean)[keep]
         if self._burst_start:
-            start, end = np.concatenate(self._burst_start), np.concatenate(self._burst_end)
-            at = start // self.bin_ns - first_bin
+            at = np.concatenate(self._burst_start) // self.bin_ns - first_bin
             keep = (at >= 0) & (at < bins)
-            np.maximum.at(peak, at[keep], np.concatenate(self._burst_peak)[keep])
-            burst = burst_series(
-                start, end, end - start, first_bin * self.bin_ns, bins, self.bin_ns
+            if keep.any():
+                # Bursts come in time order: the highest peak of each bin's run of them.
+                at, peaks = at[keep], np.concatenate(self._burst_peak)[keep]
+                first = np.flatnonzero(np.diff(at, prepend=at[0] - 1))
+                highest = np.maximum.reduceat(peaks, first)
+                peak[at[first]] = np.maximum(peak[at[first]], highest)
+        self._grid = ((first_bin, bins), (nbytes, peak))
+        return nbytes, peak
+
+    def burst_ns_between(self, start_ns: I64, end_ns: I64) -> F64:
+        """Time in bursts inside each [start, end): from the time in bursts before each
+        instant (one direction's bursts never overlap), so a burst a step cuts is shared."""
+        begin, finish = self.bursts()
+        if begin.size == 0:
+            return np.zeros(start_ns.size, np.float64)
+        done = np.concatenate(([0], np.cumsum(finish - begin)))
+
+        def before(t: I64) -> F64:
+            index = np.searchsorted(begin, t, side="right")  # bursts begun by t
+            partial = np.where(index > 0, np.minimum(t, finish[index - 1]) - begin[index - 1], 0)
+            result: F64 = (done[np.maximum(index - 1, 0)] + np.maximum(partial, 0)).astype(
+                np.float64
             )
-        return nbytes, peak, burst
+            return result
+
+        return before(end_ns) - before(start_ns)
 
     def bursts(self) -> tuple[I64, I64]:
         if not self._burst_start:
@@ -158,12 +194,17 @@ class RailTable:
 
 
 def node_steps(
-    rails: Sequence[RailBins], window_ns: int, segment_ns: int = SEGMENT_NS
+    rails: Sequence[RailBins],
+    window_ns: int,
+    segment_ns: int = SEGMENT_NS,
+    timing: Sequence[RailBins] | None = None,
 ) -> tuple[I64, I64, I64]:
     """The steps over the rails' common span, found segment by segment (a job's period
     changes when a job ends, a rail slows or the job is rescheduled): in each ``segment_ns``
     (a shorter tail joins the last), whole periods of the job phased at the quietest point
     of its folded traffic, or ``window_ns`` windows where no period repeats.
+    ``timing``: the rails whose bursts give the period (default all: one direction of each
+    rail is as good, the job's steps time both, and costs half).
     Returns each step's start and end, and the period it follows (0: a window)."""
     spans = [s for s in (r.span() for r in rails) if s is not None]
     none = np.empty(0, np.int64)
@@ -173,8 +214,9 @@ def node_steps(
     first, stop = max(s[0] for s in spans), min(s[1] for s in spans)
     if stop <= first:
         return none, none, none
-    starts, ends = zip(*(r.bursts() for r in rails), strict=True)
-    burst_start, burst_end = np.concatenate(starts), np.concatenate(ends)
+    starts, ends = zip(*(r.bursts() for r in timing or rails), strict=True)
+    order = np.argsort(np.concatenate(starts), kind="stable")
+    burst_start, burst_end = np.concatenate(starts)[order], np.concatenate(ends)[order]
     total = sum((r.grid(first, stop - first)[0] for r in rails), np.zeros(stop - first))
     per_segment = max(1, segment_ns // bin_ns)
     edges = [*range(first, stop, per_segment), stop]
@@ -183,14 +225,10 @@ def node_steps(
     parts = []
     for low, high in itertools.pairwise(edges):
         begin, finish = low * bin_ns, high * bin_ns
-        inside = (burst_start >= begin) & (burst_end <= finish)
-        found = iteration_period(
-            burst_start[inside],
-            burst_end[inside],
-            (burst_end - burst_start)[inside],
-            begin,
-            finish,
-        )
+        piece = slice(*np.searchsorted(burst_start, [begin, finish]))
+        inside = burst_end[piece] <= finish
+        start, end = burst_start[piece][inside], burst_end[piece][inside]
+        found = iteration_period(start, end, end - start, begin, finish)
         if found is None or found.period_ns < 2 * bin_ns:
             lows = np.arange(begin, finish - window_ns + 1, window_ns, dtype=np.int64)
             parts.append((lows, lows + window_ns, np.zeros(lows.size, np.int64)))
@@ -208,6 +246,17 @@ def node_steps(
     return tuple(np.concatenate(column) for column in zip(*parts, strict=True))  # type: ignore[return-value]
 
 
+def _common_grid(rails: Sequence[RailBins], first: int, stop: int) -> tuple[int, int]:
+    """The grid node_steps asked the rails for when it holds [first, stop) (each rail keeps
+    its last grid), else [first, stop) itself."""
+    spans = [s for s in (r.span() for r in rails) if s is not None]
+    if spans:
+        low, high = max(s[0] for s in spans), min(s[1] for s in spans)
+        if low <= first and stop <= high:
+            return low, high - low
+    return first, stop - first
+
+
 def rail_table(rails: Sequence[RailBins], start_ns: I64, end_ns: I64, period_ns: I64) -> RailTable:
     """Each rail's bytes, peak and burst time in each step [start_ns, end_ns) (steps in
     time order, not overlapping); a step takes the bins whose middle it holds."""
@@ -218,8 +267,7 @@ def rail_table(rails: Sequence[RailBins], start_ns: I64, end_ns: I64, period_ns:
     if steps == 0:
         return table
     bin_ns = rails[0].bin_ns
-    first = int(start_ns[0]) // bin_ns
-    bins = -(-int(end_ns[-1]) // bin_ns) - first + 1
+    first, bins = _common_grid(rails, int(start_ns[0]) // bin_ns, -(-int(end_ns[-1]) // bin_ns))
     low = np.clip((start_ns - first * bin_ns + bin_ns // 2) // bin_ns, 0, bins)
     high = np.clip((end_ns - first * bin_ns + bin_ns // 2) // bin_ns, low, bins)
     # reduceat over [low0, high0, low1, high1, ...]: the even results are the steps.
@@ -227,10 +275,11 @@ def rail_table(rails: Sequence[RailBins], start_ns: I64, end_ns: I64, period_ns:
     filled = high > low
     for column, rail in enumerate(rails):
         for out, values, reduce in zip(
-            (nbytes, peak, burst), rail.grid(first, bins), (np.add, np.maximum, np.add), strict=True
+            (nbytes, peak), rail.grid(first, bins), (np.add, np.maximum), strict=True
         ):
             padded = np.append(values, 0.0)
             out[:, column] = np.where(filled, reduce.reduceat(padded, edges)[0::2], 0.0)
+        burst[:, column] = rail.burst_ns_between(start_ns, end_ns)
     return table
 
 

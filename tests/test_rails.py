@@ -25,6 +25,7 @@ from burstscope.detectors.rails import (
 from burstscope.testing.faults_rails import score_rails, simulate_rails
 
 RAILS = 8
+MS = 1_000_000
 steps_and_rails = st.tuples(st.integers(1, 12), st.integers(3, 9))
 
 
@@ -138,12 +139,14 @@ def test_rail_bins_take_the_windows_bytes_and_the_bursts_peaks_and_time() -> Non
     )
     bins.feed(ends[:2], utilization[:2], covered[:2], 1_000_000_000, Bursts.empty())
     bins.feed(ends[2:], utilization[2:], covered[2:], 1_000_000_000, burst)
-    nbytes, peak, burst_ns = bins.grid(0, 4)
+    nbytes, peak = bins.grid(0, 4)
     # Bytes: utilization x covered time x rate (1 GB/s: 1 MB a millisecond).
     np.testing.assert_allclose(nbytes, [1e6, 6e6, 1e6, 0.0])
     # The burst's peak goes to the bin it starts in; a bin without one keeps its mean.
     np.testing.assert_allclose(peak, [0.1, 0.95, 0.2, 0.0])
-    assert burst_ns.sum() == pytest.approx(15_000_000) and burst_ns[0] == 0
+    # The burst's 15 ms, shared by the steps it crosses.
+    between = bins.burst_ns_between(np.array([0, 15, 20]) * MS, np.array([15, 20, 40]) * MS)
+    assert between.tolist() == [3 * MS, 5 * MS, 7 * MS]
     assert bins.span() == (0, 4)
     table = rail_table(
         [bins, bins, bins],

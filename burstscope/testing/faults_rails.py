@@ -87,7 +87,8 @@ def simulate_rails(
             chunk = analyzers[direction][rail].finish()
             _bin(bins[direction][rail], chunk, port.line_rate_bytes_per_second)
     # The steps from both directions' bursts: one node, one job.
-    starts, ends, periods = node_steps([b for side in bins for b in side], FALLBACK_WINDOW_NS)
+    every = [b for side in bins for b in side]
+    starts, ends, periods = node_steps(every, FALLBACK_WINDOW_NS, timing=bins[0])
     peers = [0] * len(rails)
     tables, found = [], []
     for direction in range(DIRECTIONS):
@@ -100,7 +101,7 @@ def simulate_rails(
 
 def _bin(bins: RailBins, chunk: Chunk, line_rate: int) -> None:
     """What the report does with each chunk (report_model._Direction._bin)."""
-    windows = chunk.windows.get(scale_key(bins.bin_ns), Windows.empty())
+    windows = chunk.windows.get(bins.window_key, Windows.empty())
     bins.feed(windows.end_ns, windows.utilization, windows.covered_ns, line_rate, chunk.bursts)
 
 
