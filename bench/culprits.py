@@ -10,7 +10,11 @@ clean fleet of ``--nodes`` nodes over ``--hours`` simulated hours).
     .venv/bin/python bench/culprits.py --json [--nodes 24] [--hours 1]
 
 Detectors: silence under a job and links below their peers (detectors.silence); rail
-imbalance inside a node (detectors.rails: a slow rail and a light rail, 1 ms samples).
+imbalance inside a node (detectors.rails: a slow rail and a light rail, 1 ms samples); the
+PFC storm watchdog (detectors.pfc_watchdog: storms of 0.5 to 5 s in the pause counters read
+at 10 Hz); why saturated seconds were throttled (detectors.throttle, per second: PFC, ECN/CNP
+and credit-wait episodes of 0.5 to 5 s; about 3 s of wall time per node). ``--detectors``
+runs a subset.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from burstscope.collector.simulation.profiles import LIGHT_RAIL, SLOW_RAIL, RailFault
+from burstscope.detectors.throttle import CLEAN
+from burstscope.testing.faults_pfc import false_alarms as pfc_false_alarms
+from burstscope.testing.faults_pfc import score_pfc_watchdog
 from burstscope.testing.faults_rails import score_rails, simulate_rails
 from burstscope.testing.faults_silence import (
     SilentRail,
@@ -35,7 +43,9 @@ from burstscope.testing.faults_silence import (
     score_below_peers,
     score_silence,
 )
+from burstscope.testing.faults_throttle import score_node
 
+DETECTORS = ("silence_under_job", "below_peers", "rails", "pfc_storms", "throttle")
 TARGET_PRECISION = 0.95
 TARGET_RECALL = 0.95
 MAX_FALSE_ALARMS = 1
@@ -132,6 +142,55 @@ def rails(nodes: int, seconds: int, seed: int) -> dict[str, Any]:
     )
 
 
+def pfc_storms(nodes: int, seconds: int, seed: int) -> dict[str, Any]:
+    """The PFC watchdog over every node's pause counters: two storms of each magnitude from
+    0.5 to 5 s per node at seeded times, ports and directions; clean: congestion pauses only
+    (burstscope.testing.faults_pfc)."""
+    score = score_pfc_watchdog(seed=seed, nodes=nodes, seconds=float(seconds))
+    clean = pfc_false_alarms(seed=seed, nodes=nodes, seconds=float(seconds))
+    found = round(score.recall * score.injected)
+    smallest = score.smallest_found_ns
+    return _verdict(
+        found,
+        score.injected,
+        score.detected - found,
+        clean,
+        {"smallest_storm_found_s": None if smallest is None else smallest / 1e9},
+    )
+
+
+def throttle(nodes: int, seed: int) -> dict[str, Any]:
+    """Each saturated or long-burst second's cause, on simulated nodes whose slow counters
+    carry PFC, ECN/CNP and credit-wait episodes of 0.5 to 5 s (burstscope.testing.
+    faults_throttle, through the report's model); per second, not per episode: precision and
+    recall over the judged seconds of every cause but clean, a clean second called throttled
+    being the false alarm. ``nodes`` simulated traces of about 80 s each."""
+    found = injected = false_alarms = 0
+    shortest: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="burstscope-culprits-") as scratch:
+        for node in range(nodes):
+            scores = score_node(Path(scratch) / f"node{node}", seed=seed * 1000 + node)
+            for cause, score in scores.items():
+                if cause == CLEAN:
+                    false_alarms += score.truth_seconds - score.correct_seconds
+                    continue
+                found += score.correct_seconds
+                injected += score.truth_seconds
+                false_alarms += score.called_seconds - score.correct_seconds
+                if score.smallest_found_seconds is not None:
+                    shortest[cause] = min(
+                        shortest.get(cause, score.smallest_found_seconds),
+                        score.smallest_found_seconds,
+                    )
+    return _verdict(
+        found,
+        injected,
+        false_alarms,
+        0,  # the clean seconds' misses are counted in false_alarms above
+        {"shortest_episode_found_s": shortest},
+    )
+
+
 def _verdict(
     found: int, injected: int, false_alarms: int, clean: int, extra: dict[str, Any]
 ) -> dict[str, Any]:
@@ -156,19 +215,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=24, help="simulated nodes (24)")
     parser.add_argument("--hours", type=float, default=1.0, help="simulated hours (1)")
     parser.add_argument("--seed", type=int, default=1, help="the faults' seed (1)")
+    parser.add_argument(
+        "--detectors",
+        default=",".join(DETECTORS),
+        help=f"comma-separated, of {', '.join(DETECTORS)} (all)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON line")
     args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.detectors.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(DETECTORS))
+    if unknown or not chosen:
+        parser.error(f"--detectors: unknown {', '.join(unknown) or 'none given'}")
     if args.nodes < 2:
         parser.error("--nodes must be at least 2")
     seconds = int(args.hours * 3600)
     if seconds < SILENCE_S + 180:
         parser.error(f"--hours must leave room for a {SILENCE_S} s silence: at least 0.22")
     started = time.monotonic()
-    detectors = {
-        "silence_under_job": silence(args.nodes, seconds, args.seed),
-        "below_peers": below_peers(args.nodes, args.seed),
-        "rails": rails(args.nodes, seconds, args.seed),
+    run = {
+        "silence_under_job": lambda: silence(args.nodes, seconds, args.seed),
+        "below_peers": lambda: below_peers(args.nodes, args.seed),
+        "rails": lambda: rails(args.nodes, seconds, args.seed),
+        "pfc_storms": lambda: pfc_storms(args.nodes, seconds, args.seed),
+        "throttle": lambda: throttle(args.nodes, args.seed),
     }
+    detectors = {name: run[name]() for name in DETECTORS if name in chosen}
     result = {
         "benchmark": "culprits",
         "nodes": args.nodes,
