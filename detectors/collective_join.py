@@ -85,6 +85,31 @@ def merged_intervals(starts: I64, ends: I64) -> tuple[I64, I64]:
     return starts[first], ends[last]
 
 
+class ClassRuns:
+    """Spans by class bit, each bit's merged into runs: a sample's class set at a look-up."""
+
+    def __init__(self, starts: I64, ends: I64, bits: I64) -> None:
+        """One span per place of ``starts``, ``ends`` and ``bits``; at most 8 distinct bits."""
+        self.by_bit: dict[int, tuple[I64, I64]] = {}
+        for bit in sorted(set(bits.tolist())):
+            if not 0 < bit < 256:
+                raise ValueError(f"bit {bit} does not fit a mask of 8 bits")
+            chosen = bits == bit
+            self.by_bit[bit] = merged_intervals(starts[chosen], ends[chosen])
+
+    def masks(self, lo_ns: npt.ArrayLike, hi_ns: npt.ArrayLike) -> U8:
+        """Per interval (lo, hi]: the OR of the class bits of the spans overlapping it."""
+        lo = np.asarray(lo_ns, dtype=np.int64)
+        hi = np.asarray(hi_ns, dtype=np.int64)
+        out = np.zeros(lo.shape, dtype=np.uint8)
+        for bit, (starts, ends) in self.by_bit.items():
+            # The last merged interval starting before hi overlaps iff it ends after lo.
+            index = np.searchsorted(starts, hi, side="left") - 1
+            hit = (index >= 0) & (ends[np.maximum(index, 0)] > lo)
+            out[hit] |= bit
+        return out
+
+
 class SpanIndex:
     """Spans by class, merged, for labelling many samples at once; and the spans themselves."""
 
@@ -99,12 +124,7 @@ class SpanIndex:
         # The longest span bounds how far back a span overlapping a time can start.
         self._longest = int((self._ends - self._starts).max()) if self.spans else 0
         span_bits = np.array([given[i] for i in order], dtype=np.int64)
-        self._by_bit: dict[int, tuple[I64, I64]] = {}
-        for bit in sorted(set(span_bits.tolist())):
-            if not 0 < bit < 256:
-                raise ValueError(f"bit {bit} does not fit a mask of 8 bits")
-            chosen = span_bits == bit
-            self._by_bit[bit] = merged_intervals(self._starts[chosen], self._ends[chosen])
+        self._runs = ClassRuns(self._starts, self._ends, span_bits)
 
     def __len__(self) -> int:
         return len(self.spans)
@@ -115,15 +135,7 @@ class SpanIndex:
 
     def masks(self, lo_ns: npt.ArrayLike, hi_ns: npt.ArrayLike) -> U8:
         """Per interval (lo, hi]: the OR of the class bits of the spans overlapping it."""
-        lo = np.asarray(lo_ns, dtype=np.int64)
-        hi = np.asarray(hi_ns, dtype=np.int64)
-        out = np.zeros(lo.shape, dtype=np.uint8)
-        for bit, (starts, ends) in self._by_bit.items():
-            # The last merged interval starting before hi overlaps iff it ends after lo.
-            index = np.searchsorted(starts, hi, side="left") - 1
-            hit = (index >= 0) & (ends[np.maximum(index, 0)] > lo)
-            out[hit] |= bit
-        return out
+        return self._runs.masks(lo_ns, hi_ns)
 
     def collectives(self, lo_ns: int, hi_ns: int) -> list[CollectiveSpan]:
         """The spans overlapping (lo, hi], by start."""
@@ -133,7 +145,7 @@ class SpanIndex:
 
     def started(self, kind_bit: int, time_ns: int) -> int | None:
         """When the run of ``kind_bit`` spans in flight at ``time_ns`` began (merged), or None."""
-        found = self._by_bit.get(kind_bit)
+        found = self._runs.by_bit.get(kind_bit)
         if found is None:
             return None
         starts, ends = found

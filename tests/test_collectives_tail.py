@@ -63,6 +63,38 @@ def test_files_of_this_host_are_tailed_as_they_appear_and_grow(
     assert sum(tail.skipped.values()) == 0
 
 
+def test_a_directory_whose_time_has_not_moved_is_not_listed_again(
+    tmp_path: Path, writer: InspectorWriter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files appear and vanish with the directory's modification time, which moves with
+    them: an old, unchanged time means the same files, a changed one a new listing."""
+    import os
+
+    from burstscope.collector.collectives import tail as tail_module
+
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    write(dumps / f"{HOST}-pid11.log", record(writer, 0))
+    os.utime(dumps, ns=(10 * SECOND_NS, 10 * SECOND_NS))  # an old time: trusted
+    tail = DumpDirectoryTail([dumps], HOST)
+    assert len(tail.poll()) == 1 and tail.files == 1
+    listings = []
+    listed = tail_module.DumpDirectoryTail._list
+    monkeypatch.setattr(
+        tail_module.DumpDirectoryTail,
+        "_list",
+        lambda self, directory: listings.append(directory) or listed(self, directory),
+    )
+    write(dumps / f"{HOST}-pid11.log", record(writer, 1))  # a file growing is not a change
+    assert len(tail.poll()) == 1 and listings == []
+    write(dumps / f"{HOST}-pid12.log", record(writer, 2))
+    os.utime(dumps, ns=(20 * SECOND_NS, 20 * SECOND_NS))  # as old, but moved
+    assert len(tail.poll()) == 1 and tail.files == 2 and listings == [dumps]
+    (dumps / f"{HOST}-pid11.log").unlink()  # a recent time: listed at every poll
+    assert tail.poll().records() == [] and tail.files == 1
+    assert tail.poll().records() == [] and listings == [dumps, dumps, dumps]
+
+
 def test_another_hosts_record_in_a_file_named_for_this_one_is_counted_not_kept(
     tmp_path: Path, writer: InspectorWriter
 ) -> None:

@@ -4,7 +4,7 @@ Records arrive late. The Inspector writes a collective once it completed, at its
 thread's next pass (``NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS``), and the tail sees
 the write at its next poll. So nothing is labelled as it is measured: saturated samples and
 closed bursts wait here until ``label_delay_ns`` has passed since they ended, and are then
-labelled with the spans known by then (detectors/collective_join.SpanIndex: a sample's class
+labelled with the spans known by then (detectors/collective_join.ClassRuns: a sample's class
 set is the OR of the classes of the spans overlapping it). A collective still running when
 its sample is labelled, or dumped later than the delay, is missed: that sample counts as
 ``none``. The default, 2 s, covers a dump interval of up to 1.25 s, the tail's 0.5 s poll and
@@ -19,10 +19,10 @@ busy): each closed coarse window says whether it was quiet, and its labelled sat
 goes to the hidden totals of its classes once both are known.
 
 Memory is bounded: spans are kept as three integers each for ``horizon_ns`` (10 s) and
-forgotten after, samples and bursts for the label delay. Spans of one class, collective and
-rule that overlap are merged before labelling: the class sets, collectives and rules that
-come out are the same, and the many ranks of one host that record the same collective cost
-one span.
+forgotten after, samples and bursts for the label delay. Spans of one class that overlap
+are merged before labelling (detectors/collective_join.ClassRuns): the class sets that come
+out are the same, and the many ranks of one host that record the same collective cost one
+run.
 """
 
 from __future__ import annotations
@@ -62,13 +62,11 @@ from burstscope.detectors.collective_join import (
     OTHER,
     PAIRS,
     PP,
-    CollectiveSpan,
-    SpanIndex,
+    ClassRuns,
     class_bit,
     class_names,
     class_totals,
     mask_sums,
-    merged_intervals,
     pair_totals,
 )
 from burstscope.detectors.config import Thresholds, scale_key
@@ -170,9 +168,7 @@ class SpanStore:
         self._largest: tuple[int, int | None] | None = None
         # Every span kept, sorted by start: a poll's spans are merged in (they mostly start
         # after those kept: a copy, no sort of the whole), a forget cuts the old ones off.
-        self._starts = _EMPTY
-        self._ends = _EMPTY
-        self._ids = _EMPTY
+        self._spans = np.empty((3, 0), dtype=np.int64)  # rows: start, end, key id
         self._longest = 0  # the longest span kept (bounds how far back an overlap starts)
         self._forgotten_at = 0
         # (communicator id, collective) -> key id: the lookup of all but a record's first.
@@ -183,34 +179,33 @@ class SpanStore:
 
     def add(self, spans: Spans) -> None:
         """Records as spans (verbose ones; the others counted as skipped)."""
-        start, stop = spans.start_us, spans.stop_us  # 0: none
-        unplaced = int(np.count_nonzero((start == 0) & (stop == 0)))
+        start, stop, kind = spans.start_us, spans.stop_us, spans.kind  # 0: none
         placed = (start != 0) & (stop != 0) & (stop >= start)
         count = int(np.count_nonzero(placed))
-        self.skipped[UNPLACED] += unplaced
-        self.skipped[BAD_TIMES] += len(spans) - unplaced - count
+        if count < len(spans):
+            unplaced = int(np.count_nonzero((start == 0) & (stop == 0)))
+            self.skipped[UNPLACED] += unplaced
+            self.skipped[BAD_TIMES] += len(spans) - unplaced - count
+            start, stop, kind = start[placed], stop[placed], kind[placed]
         if not count:
             return
-        start, stop = start[placed], stop[placed]
-        new_ids = self._key_ids_of(spans.kinds, spans.kind[placed])
         self.placed += count
-        new_starts = start * 1000 + self.offset_ns
+        new = np.empty((3, count), dtype=np.int64)
+        np.multiply(start, 1000, out=new[0])
         # A stop in the same microsecond as the start still covers it (join.py's rule).
-        new_ends = np.maximum(stop, start + 1) * 1000 + self.offset_ns
+        np.maximum(stop, start + 1, out=new[1])
+        new[1] *= 1000
+        new[:2] += self.offset_ns
+        new[2] = self._key_ids_of(spans.kinds, kind)
         with self._lock:
-            starts_all = np.concatenate((self._starts, new_starts))
-            ends_all = np.concatenate((self._ends, new_ends))
-            ids_all = np.concatenate((self._ids, new_ids))
+            kept = self._spans
+            merged = np.concatenate((kept, new), axis=1)
             # Only the part from the earliest new start on can be out of order.
-            first = int(np.searchsorted(self._starts, int(new_starts.min()), side="right"))
-            order = first + np.argsort(starts_all[first:], kind="stable")
-            starts_all[first:], ends_all[first:], ids_all[first:] = (
-                starts_all[order],
-                ends_all[order],
-                ids_all[order],
-            )
-            self._starts, self._ends, self._ids = starts_all, ends_all, ids_all
-            self._longest = max(self._longest, int((new_ends - new_starts).max()))
+            first = int(np.searchsorted(kept[0], int(new[0].min()), side="right"))
+            order = np.argsort(merged[0, first:], kind="stable")
+            merged[:, first:] = merged[:, first:][:, order]
+            self._spans = merged
+            self._longest = max(self._longest, int((new[1] - new[0]).max()))
 
     def forget(self, now_ns: int) -> None:
         """Drop the spans that ended more than the horizon ago (at most once a second)."""
@@ -219,30 +214,27 @@ class SpanStore:
         self._forgotten_at = now_ns
         oldest = now_ns - self.horizon_ns
         with self._lock:
-            keep = self._ends >= oldest
+            keep = self._spans[1] >= oldest
             if not keep.all():
-                self._starts, self._ends, self._ids = (
-                    self._starts[keep],
-                    self._ends[keep],
-                    self._ids[keep],
-                )
-                lengths = self._ends - self._starts
+                self._spans = self._spans[:, keep]
+                lengths = self._spans[1] - self._spans[0]
                 self._longest = int(lengths.max()) if lengths.size else 0
 
     def _key_ids_of(self, kinds: Sequence[SpanKind], kind: I64) -> I64:
         """Each record's key id: a lookup per kind once every kind is classified."""
-        found = [self._by_identity.get((k.communicator_id, k.collective)) for k in kinds]
-        if all(found[index] is not None for index in np.unique(kind).tolist()):
-            return np.array([-1 if f is None else f for f in found], dtype=np.int64)[kind]
+        found = [self._by_identity.get((k.communicator_id, k.collective), -1) for k in kinds]
+        ids = np.array(found, dtype=np.int64)[kind]
+        if not (ids < 0).any():
+            return ids
         # A communication not seen yet: record by record, as a new largest group
         # reclassifies the records after it.
-        ids = []
+        one_by_one = []
         key_ids = self._by_identity
         for index in kind.tolist():
             record = kinds[index]
             key_id = key_ids.get((record.communicator_id, record.collective))
-            ids.append(self._key_id(record) if key_id is None else key_id)
-        return np.array(ids, dtype=np.int64)
+            one_by_one.append(self._key_id(record) if key_id is None else key_id)
+        return np.array(one_by_one, dtype=np.int64)
 
     def _key_id(self, record: SpanKind) -> int:
         names = (record.communicator_name,) if record.communicator_name else ()
@@ -285,30 +277,24 @@ class SpanStore:
 
     def _overlapping(self, lo_ns: int, hi_ns: int) -> tuple[I64, I64, I64]:
         with self._lock:
-            starts, ends, ids, longest = self._starts, self._ends, self._ids, self._longest
+            spans, longest = self._spans, self._longest
         # Those overlapping start before hi and at most the longest span before lo: a binary
         # search each, then only those few are compared.
-        first = int(np.searchsorted(starts, lo_ns - longest, side="left"))
-        last = int(np.searchsorted(starts, hi_ns, side="left"))
-        starts, ends, ids = starts[first:last], ends[first:last], ids[first:last]
-        chosen = ends > lo_ns
-        return starts[chosen], ends[chosen], ids[chosen]
+        first = int(np.searchsorted(spans[0], lo_ns - longest, side="left"))
+        last = int(np.searchsorted(spans[0], hi_ns, side="left"))
+        near = spans[:, first:last]
+        starts, ends, ids = near[:, near[1] > lo_ns]
+        return starts, ends, ids
 
-    def index(self, lo_ns: int, hi_ns: int) -> SpanIndex:
-        """The spans overlapping (lo, hi], those of one key merged where they overlap."""
+    def runs(self, lo_ns: int, hi_ns: int) -> ClassRuns:
+        """The spans overlapping (lo, hi] by class, merged: what samples are labelled with.
+
+        Each class's union is what a SpanIndex of these spans (those of one key merged
+        first) holds: a union of unions is the union.
+        """
         starts, ends, ids = self._overlapping(lo_ns, hi_ns)
-        spans = []
-        for key_id in np.unique(ids).tolist():
-            chosen = ids == key_id
-            kind, collective, rule = self.keys[key_id]
-            union = merged_intervals(starts[chosen], ends[chosen])
-            for start, end in zip(union[0].tolist(), union[1].tolist(), strict=True):
-                spans.append(
-                    CollectiveSpan(
-                        start, end, collective, kind, rule, "", None, None, None, None, INSPECTOR
-                    )
-                )
-        return SpanIndex(spans)
+        bits = np.array([class_bit(kind) for kind, _, _ in self.keys], dtype=np.int64)
+        return ClassRuns(starts, ends, bits[ids] if ids.size else _EMPTY)
 
     def tag(self, lo_ns: int, hi_ns: int) -> CollectiveTag:
         """The classes, collectives and rules of the spans overlapping (lo, hi]."""
@@ -346,7 +332,7 @@ class _Direction:
     def __init__(self, number: int) -> None:
         self.number = number  # its place among the directions, in the shared queues
         self.decisions: dict[int, bool] = {}  # closed coarse window end -> was it quiet
-        self.windows: dict[int, np.ndarray[Any, np.dtype[np.int64]]] = {}  # end -> ns by class
+        self.windows: dict[int, list[int]] = {}  # end -> ns by class (CLASSES)
         self.last_ns: int | None = None
 
 
@@ -422,7 +408,7 @@ class CollectiveLabels:
         done = bursts[1] <= cutoff
         firsts = [int(low[ready].min())] if ready.any() else []
         firsts += [int(bursts[0][done].min())] if done.any() else []
-        index = self.store.index(min(firsts), cutoff) if firsts else None
+        index = self.store.runs(min(firsts), cutoff) if firsts else None
         with self._lock:
             if index is not None:
                 self._label(directions, low[ready], high[ready], owner[ready], index)
@@ -440,7 +426,7 @@ class CollectiveLabels:
         self.store.forget(now_ns)
 
     def _label(
-        self, directions: list[_Direction], lo: I64, hi: I64, owner: I64, index: SpanIndex
+        self, directions: list[_Direction], lo: I64, hi: I64, owner: I64, index: ClassRuns
     ) -> None:
         """Ready samples of every direction, labelled: per class, per pair, per window."""
         if not lo.size:
@@ -457,10 +443,15 @@ class CollectiveLabels:
         keys, place = np.unique(window * len(directions) + owner, return_inverse=True)
         sums = np.bincount(place * 16 + masks, weights=held, minlength=keys.size * 16)
         per_key = class_totals(sums.astype(np.int64).reshape(keys.size, 16))
-        for key, row in zip(keys.tolist(), per_key, strict=True):
+        for key, row in zip(keys.tolist(), per_key.tolist(), strict=True):
             end, number = divmod(key, len(directions))
-            waiting = directions[number]
-            waiting.windows[end * length] = waiting.windows.get(end * length, 0) + row
+            windows = directions[number].windows
+            held_before = windows.get(end * length)
+            windows[end * length] = (
+                row
+                if held_before is None
+                else [a + b for a, b in zip(held_before, row, strict=True)]
+            )
 
     def _settle_windows(self, waiting: _Direction, cutoff: int) -> None:
         """Windows whose samples are all labelled and whose mean is known: quiet ones add

@@ -403,21 +403,25 @@ class _Reader(Generic[R]):
     def _take(self) -> bytes:
         """The file's bytes since the last read (at most ``read_bytes``)."""
         try:
-            with self.path.open("rb") as file:
-                status = os.fstat(file.fileno())
-                identity = (status.st_dev, status.st_ino)
-                if self._identity is not None and (
-                    identity != self._identity or status.st_size < self.position
-                ):
-                    _LOG.info("%s was replaced or truncated: reading it from its start", self.path)
-                    self._restart()
-                self._identity = identity
-                file.seek(self.position)
-                data = file.read(self.read_bytes)
-                self.caught_up = self.position + len(data) >= status.st_size
+            descriptor = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             self.caught_up = True
             return b""
+        try:
+            status = os.fstat(descriptor)
+            identity = (status.st_dev, status.st_ino)
+            if self._identity is not None and (
+                identity != self._identity or status.st_size < self.position
+            ):
+                _LOG.info("%s was replaced or truncated: reading it from its start", self.path)
+                self._restart()
+            self._identity = identity
+            # Up to the size just seen: what is appended meanwhile waits for the next read.
+            wanted = min(self.read_bytes, status.st_size - self.position)
+            data = os.pread(descriptor, wanted, self.position) if wanted > 0 else b""
+        finally:
+            os.close(descriptor)
+        self.caught_up = self.position + len(data) >= status.st_size
         self.position += len(data)
         return data
 

@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import socket
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +46,7 @@ DEFAULT_MAX_FILES = 256
 # every 0.25 s takes 250 KB; this lets a tail that fell behind catch up in a few polls
 # without one poll holding megabytes of records.
 DEFAULT_POLL_BYTES = 2 * DEFAULT_READ_BYTES
+SECOND_NS = 1_000_000_000
 OTHER_HOST = "other_host"  # a record another host wrote, in a file named for this one
 
 
@@ -68,6 +70,8 @@ class DumpDirectoryTail:
         self._readers: dict[Path, SpanReader] = {}
         # Skips of readers already dropped (their file vanished), so totals never go down.
         self._gone: Counter[str] = Counter()
+        # Each directory's modification time when last listed, and the files it held.
+        self._listed: dict[Path, tuple[int | None, list[Path]]] = {}
         self._said: set[str] = set()
 
     @property
@@ -132,6 +136,27 @@ class DumpDirectoryTail:
             )
 
     def _scan(self, directory: Path) -> list[Path]:
+        # A directory whose modification time has not moved lists the same files: a file
+        # made, removed or renamed in it moves the time. Only a time older than a second is
+        # trusted, so two changes within one tick of the file system's clock, one before the
+        # last listing and one after, are still seen.
+        try:
+            changed = os.stat(directory).st_mtime_ns
+        except OSError:
+            changed = None
+        listed = self._listed.get(directory)
+        if (
+            listed is not None
+            and changed == listed[0]
+            and changed is not None
+            and time.time_ns() - changed > SECOND_NS
+        ):
+            return listed[1]
+        found = self._list(directory)
+        self._listed[directory] = (changed, found)
+        return found
+
+    def _list(self, directory: Path) -> list[Path]:
         try:
             entries = list(os.scandir(directory))
         except FileNotFoundError:
