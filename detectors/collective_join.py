@@ -91,7 +91,7 @@ class ClassRuns:
     def __init__(self, starts: I64, ends: I64, bits: I64) -> None:
         """One span per place of ``starts``, ``ends`` and ``bits``; at most 8 distinct bits."""
         self.by_bit: dict[int, tuple[I64, I64]] = {}
-        for bit in sorted(set(bits.tolist())):
+        for bit in np.unique(bits).tolist():
             if not 0 < bit < 256:
                 raise ValueError(f"bit {bit} does not fit a mask of 8 bits")
             chosen = bits == bit
