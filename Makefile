@@ -24,12 +24,12 @@ setup: $(ALL_STAMP)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(ALL_STAMP): pyproject.toml setup.py collector/sources/_tick.c | $(BIN)/python
+$(ALL_STAMP): pyproject.toml setup.py collector/sources/_tick.c collector/collectives/_spans.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[all]'
 	touch $@ $(DEMO_STAMP)
 
 # The package and its four runtime dependencies, nothing for tests, lint or plots.
-$(DEMO_STAMP): pyproject.toml setup.py collector/sources/_tick.c | $(BIN)/python
+$(DEMO_STAMP): pyproject.toml setup.py collector/sources/_tick.c collector/collectives/_spans.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
 	touch $@
 
@@ -74,5 +74,5 @@ lint: $(ALL_STAMP)
 	@for file in bench/*.py; do $(BIN)/mypy $$file >/dev/null || { $(BIN)/mypy $$file; exit 1; }; done
 
 clean:
-	rm -rf $(VENV) $(HTA_VENV) $(CHECKOV_VENV) bench/.build build collector/sources/_tick.*.so \
+	rm -rf $(VENV) $(HTA_VENV) $(CHECKOV_VENV) bench/.build build collector/sources/_tick.*.so collector/collectives/_spans.*.so \
 		.pytest_cache .mypy_cache .ruff_cache .hypothesis
