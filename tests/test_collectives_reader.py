@@ -303,3 +303,26 @@ def test_the_store_keeps_a_polls_columns_as_it_keeps_records_one_by_one(
         single.add(Spans.of([record]))
     assert (whole.placed, whole.skipped) == (single.placed, single.skipped)
     assert _spans_of(whole) == _spans_of(single)
+
+
+@pytest.mark.parametrize("path", ["compiled", "msgspec"])
+def test_a_whole_last_object_without_its_newline_is_read_as_the_general_parser_reads_it(
+    path: str,
+) -> None:
+    """Found by the property test above: the fast paths kept an object after the last
+    newline for later, and at the end called it truncated, where the general parser reads
+    a whole object newline or not."""
+    if path == "compiled" and not COMPILED:
+        pytest.skip("the compiled reader is not built (no C compiler at install)")
+    writer_line = (
+        b'{"header":{"id":"0x1","rank":0,"n_ranks":2,"nnodes":1},"metadata":'
+        b'{"inspector_output_format_version":"v4.0","hostname":"' + HOST.encode() + b'"},'
+        b'"coll_perf":{"coll":"AllReduce"}}'
+    )
+    text = writer_line + b"\n" + writer_line  # the second without its newline
+    with pytest.MonkeyPatch.context() as patch:
+        if path == "msgspec":
+            patch.setattr(nccl_inspector, "_spans", None)
+        fast = _read(SpanReader, text, [], 300)
+    assert fast == _read(GeneralReader, text, [], 300)
+    assert fast[1] == 2 and fast[3] == {}

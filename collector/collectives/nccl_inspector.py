@@ -708,9 +708,14 @@ class SpanReader(_Reader[SpanRecord]):
             spans = self._typed(buffer, cut)
         if spans is None:
             return Spans.of(self._feed(data))
-        self._pending = rest
-        self._after_newline = not rest
-        return self._keep_all(spans)
+        self._pending = b""
+        self._after_newline = True
+        kept = self._keep_all(spans)
+        if not rest:
+            return kept
+        # What follows the last newline starts an object at a line start: the general path
+        # reads it now if it is whole (as GeneralReader does, newline or not), else keeps it.
+        return Spans.joined([kept, Spans.of(self._feed(rest))])
 
     def _typed(self, buffer: bytes, cut: int) -> Spans | None:
         """``buffer[:cut]`` decoded by msgspec, or None where the general path must judge."""
