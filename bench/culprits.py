@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from burstscope.collector.simulation.profiles import LIGHT_RAIL, SLOW_RAIL, RailFault
 from burstscope.detectors.throttle import CLEAN
+from burstscope.testing import scoring
 from burstscope.testing.faults_pfc import false_alarms as pfc_false_alarms
 from burstscope.testing.faults_pfc import score_pfc_watchdog
 from burstscope.testing.faults_rails import score_rails, simulate_rails
@@ -194,9 +195,8 @@ def throttle(nodes: int, seed: int) -> dict[str, Any]:
 def _verdict(
     found: int, injected: int, false_alarms: int, clean: int, extra: dict[str, Any]
 ) -> dict[str, Any]:
-    reported = found + false_alarms
-    precision = found / reported if reported else 1.0
-    recall = found / injected if injected else 1.0
+    precision = scoring.precision(found, false_alarms)
+    recall = scoring.recall(found, injected)
     return {
         "injected": injected,
         "found": found,

@@ -140,3 +140,21 @@ def test_the_image_serves_the_fixture_trees_counters_as_the_daemonset_runs_it(
     finally:
         status = agent.stop()
     assert status == 0, agent.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--base", "debian:bookworm", "--mmdebstrap"], "--base or --mmdebstrap"),
+        (["--tag"], "--tag needs a name"),
+        (["--nonsense"], "unknown argument: --nonsense"),
+    ],
+)
+def test_build_sh_refuses_bad_arguments_in_one_line_with_status_2(
+    args: list[str], named: str
+) -> None:
+    """Refused before any builder is looked for, so this runs anywhere."""
+    result = subprocess.run([str(BUILD), *args], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], result.stderr

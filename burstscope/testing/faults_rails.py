@@ -41,6 +41,7 @@ from burstscope.detectors.rails import (
     verdicts,
 )
 from burstscope.detectors.scales import Windows
+from burstscope.testing import scoring
 
 INTERVAL_NS = 1_000_000
 FALLBACK_WINDOW_NS = NS_PER_SECOND  # steps where no period is found (as the report)
@@ -152,12 +153,11 @@ class RailScore:
 
     @property
     def recall(self) -> float:
-        return self.found / self.injected if self.injected else 1.0
+        return scoring.recall(self.found, self.injected)
 
     @property
     def precision(self) -> float:
-        reported = self.found + self.false_alarms
-        return self.found / reported if reported else 1.0
+        return scoring.precision(self.found, self.false_alarms)
 
 
 def score_rails(node: NodeRails, faults: Sequence[RailFault]) -> RailScore:

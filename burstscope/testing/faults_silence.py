@@ -16,6 +16,7 @@ import numpy as np
 
 from burstscope.collector.simulation.model import TrafficModel
 from burstscope.detectors.silence import PeerPort, SilenceStarted, SilenceWatch, below_peers
+from burstscope.testing import scoring
 
 SECOND_NS = 1_000_000_000
 JOB = ("5150",)
@@ -38,12 +39,11 @@ class SilenceScore:
 
     @property
     def recall(self) -> float:
-        return self.found / self.injected if self.injected else 1.0
+        return scoring.recall(self.found, self.injected)
 
     @property
     def precision(self) -> float:
-        reported = self.found + self.false_alarms
-        return self.found / reported if reported else 1.0
+        return scoring.precision(self.found, self.false_alarms)
 
 
 def node_counters(seed: int, seconds: int, profile: str = "moe") -> np.ndarray:
