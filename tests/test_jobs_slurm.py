@@ -397,6 +397,26 @@ def test_squeue_names_the_jobs_and_drops_those_that_ended(
     assert [c.job.job_id for c in source.poll() or []] == ["60", "61", "62", "65"]
 
 
+def test_an_epilog_that_ran_since_the_last_poll_is_not_a_stale_job(
+    jobs_dir: Path,
+    squeue: StubSqueue,
+    asking: tuple[SlurmJobs, Clock],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """squeue says COMPLETED only after the epilog returned, so the usual order is: the epilog
+    removes the file, squeue says COMPLETED, and the next poll sees it gone. A check between
+    the epilog and that poll must not call the job stale (a CI run found this race)."""
+    source, _ = asking
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    write_job(jobs_dir, "80")
+    assert source.poll() == [claim("80")]
+    (jobs_dir / "slurm-80.job").unlink()  # the epilog, after the poll
+    squeue.answer("80|COMPLETED|done\n")
+    source.check_once()
+    assert (caplog.records, source.stale_jobs) == ([], 0)
+    assert source.poll() == []
+
+
 def test_a_job_squeue_does_not_list_is_dropped_once_squeue_has_shown_it_sees_jobs(
     jobs_dir: Path,
     squeue: StubSqueue,

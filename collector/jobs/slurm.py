@@ -411,6 +411,11 @@ class SlurmJobs:
                 if self._held.get(job_id, (None, 0.0))[0] != key:
                     continue  # a new file since the question: not this answer's to judge
                 reason = self._ended(job_id, answer, start_time)
+                if reason is not None and not self._still_there(job_id, key):
+                    # The epilog removed it after the last poll: squeue says COMPLETED only
+                    # once the epilog has returned, so that order is the normal one, and
+                    # the next poll sees the job end. Not stale.
+                    continue
                 if reason is not None and self._stale.get(job_id) != key:
                     self._stale[job_id] = key
                     self.stale_jobs += 1
@@ -429,6 +434,14 @@ class SlurmJobs:
                         changed = True
             if changed:
                 self._generation += 1
+
+    def _still_there(self, job_id: str, key: FileKey) -> bool:
+        """Whether this version of the job's file is still in the directory (one stat)."""
+        try:
+            info = os.stat(os.path.join(self.directory, f"slurm-{job_id}.job"))
+        except OSError:
+            return False
+        return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns) == key
 
     def _live(self) -> dict[str, tuple[FileKey, float]]:
         """The jobs held and not yet taken as ended (the caller holds the lock)."""
