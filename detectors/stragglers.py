@@ -1,0 +1,367 @@
+"""Stragglers and slow rails across the nodes of one job, from the timing of each node's steps.
+
+The model (docs/culprits.md, "Stragglers across nodes", says it whole): a collective's bulk
+transfer starts only when its last rank has arrived. NCCL's flow control lets an early rank
+send only what its peers' buffers take (``NCCL_BUFFSIZE``, 4 MiB by default, per peer and
+channel: under 0.1 ms at 400 Gb/s) and then wait. So a compute straggler delays every
+node's main burst, and what survives of it in the counters is each node's **first bytes**
+of the step: the early ranks' small sends come on time, the straggler's come with its main
+burst. A slow link paces every rank of its ring, so no node's rate tells which link it is;
+what survives is the rail whose transfers end last, on every node.
+
+Definitions (the choices, in one place):
+
+* **Active sample.** A sample of one rail's transmit counter that moved at least
+  ``floor`` (1%) of line rate over its interval: far above the background trickle, far
+  below one eager send (4 MiB in a 1 ms sample is 8% at 400 Gb/s).
+* **Step.** On one node, a run of active samples of its training rails (any rail) with no
+  silence of ``quiet_ns`` (30 ms) or more inside it; a silence that long closes it. A
+  step's **onset** is the end of its first active sample, its **end** the end of its last.
+  Per rail: onset, end, bytes and peak utilization.
+* **One step across nodes.** The nodes' steps whose onsets lie within ``quiet_ns`` of the
+  next one (single linkage, sorted by onset): the lateness a straggler adds is much less
+  than the silence between steps. A node with two steps in one group keeps its first.
+  A group of fewer than ``min_nodes`` (3) nodes is not judged.
+* **Lag.** A node's onset minus the median onset of the step's nodes. A node is a
+  **straggler** in the step when its lag is at least the clock error between the nodes
+  (``clock_error_ns``, 100 us: PTP-class) plus one sampling interval plus
+  ``margin_ns`` (0.5 ms, the onset jitter of a rank that waits on nothing): no lag smaller
+  than the clocks and the sampler can resolve is called one.
+* **Excess.** A node's end minus the median end: whose transfers end last. A rail's
+  excess, on one node, is its end minus the median of that node's rails' ends; the step's
+  **slow rail** is the rail with the largest excess on more than half the nodes, when that
+  excess is at least the same resolution as a lag.
+* **Score.** Per node, over the last ``window`` (300) judged steps: the share in which it
+  was a straggler; its lag and excess quantiles over the same steps.
+
+Pure numpy and dataclasses: no clock, no files, no network. The live agent (per-node
+steps, collector.step_summaries), the fleet consumer (burstscope.commands.stragglers) and
+the fleet report use these same functions, so live and offline say the same.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from burstscope.detectors.arrays import F64, I64
+
+QUIET_NS = 30_000_000
+FLOOR = 0.01
+CLOCK_ERROR_NS = 100_000
+MARGIN_NS = 500_000
+MIN_NODES = 3
+WINDOW_STEPS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class StepLimits:
+    quiet_ns: int = QUIET_NS
+    floor: float = FLOOR
+    clock_error_ns: int = CLOCK_ERROR_NS
+    margin_ns: int = MARGIN_NS
+    min_nodes: int = MIN_NODES
+
+    def resolution_ns(self, interval_ns: int) -> int:
+        """The smallest lag or excess called: clocks, one sample, and the onset jitter."""
+        return self.clock_error_ns + interval_ns + self.margin_ns
+
+
+@dataclass(frozen=True, slots=True)
+class RailStep:
+    """One rail's part of a node's step (transmit)."""
+
+    rail: str  # "device/port"
+    onset_ns: int
+    end_ns: int
+    bytes: int
+    peak: float  # highest sample utilization, 0..1
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStep:
+    """One node's step: what the agent publishes, and what the fleet report reads."""
+
+    host: str
+    onset_ns: int  # the first active sample's end, any rail
+    end_ns: int  # the last active sample's end, any rail
+    interval_ns: int  # the node's sampling interval
+    rails: tuple[RailStep, ...]  # the rails active in the step, by label
+    jobs: tuple[str, ...] = ()  # the jobs holding the node's rails, when known
+
+    @property
+    def bytes(self) -> int:
+        return sum(rail.bytes for rail in self.rails)
+
+
+@dataclass(slots=True)
+class _Rail:
+    line_rate: int  # bytes per second
+    seen_ns: int = -1  # the latest sample's end fed
+    last_ns: int = -1  # the previous sample's end (for the first delta of a feed)
+    last_value: int | None = None
+    stamps: list[I64] = field(default_factory=list)  # active samples' ends
+    moved: list[I64] = field(default_factory=list)  # their bytes
+    util: list[F64] = field(default_factory=list)  # their utilization
+
+
+class StepSplitter:
+    """One node's steps from its training rails' transmit counters, fed as they are read.
+
+    ``feed`` takes one rail's cumulative counter readings (the ends of their intervals and
+    the values); ``close`` returns the steps that are over: those followed by ``quiet_ns``
+    of silence on every rail, up to the time every rail has been read to. Only active
+    samples are held, and only until their step closes: a step of a few hundred
+    milliseconds holds a few hundred per rail.
+    """
+
+    def __init__(self, host: str, interval_ns: int, limits: StepLimits | None = None) -> None:
+        self.host = host
+        self.interval_ns = interval_ns
+        self.limits = limits or StepLimits()
+        self._rails: dict[str, _Rail] = {}
+        self.jobs: tuple[str, ...] = ()  # set by the caller: the jobs holding the node now
+
+    def feed(
+        self,
+        rail: str,
+        line_rate: int,
+        stamps_ns: I64,
+        values: I64,
+        restart: np.ndarray | None = None,
+    ) -> None:
+        """Readings of ``rail``'s transmit counter: interval ends and cumulative bytes.
+        ``restart`` marks readings with no delta into them (a rebaseline or a reset)."""
+        state = self._rails.get(rail)
+        if state is None or state.line_rate != line_rate:
+            state = self._rails[rail] = _Rail(line_rate)
+        if not len(stamps_ns) or line_rate <= 0:
+            return
+        stamps = np.asarray(stamps_ns, dtype=np.int64)
+        counts = np.asarray(values, dtype=np.int64)
+        before_t = np.concatenate(([state.last_ns], stamps[:-1]))
+        before_v = np.concatenate(([state.last_value or 0], counts[:-1]))
+        dt = stamps - before_t
+        moved = counts - before_v
+        valid = (dt > 0) & (moved >= 0)
+        if state.last_value is None:
+            valid[0] = False
+        if restart is not None:
+            valid &= ~np.asarray(restart, dtype=np.bool_)
+        util = np.zeros(len(stamps), dtype=np.float64)
+        np.divide(moved * 1e9, dt * float(line_rate), out=util, where=valid)
+        active = valid & (util >= self.limits.floor)
+        if active.any():
+            state.stamps.append(stamps[active])
+            state.moved.append(moved[active])
+            state.util.append(np.minimum(util[active], 1.0))
+        state.last_ns = int(stamps[-1])
+        state.last_value = int(counts[-1])
+        state.seen_ns = int(stamps[-1])
+
+    def close(self, final: bool = False) -> list[NodeStep]:
+        """The steps over by now (``final``: every step held, the last one too)."""
+        rails = [(label, state) for label, state in sorted(self._rails.items())]
+        known = [state.seen_ns for _, state in rails if state.seen_ns >= 0]
+        if not known:
+            return []
+        seen = min(known)  # every rail has been read to here
+        parts = []
+        for index, (_, state) in enumerate(rails):
+            if state.stamps:
+                stamps = np.concatenate(state.stamps)
+                parts.append(
+                    (index, stamps, np.concatenate(state.moved), np.concatenate(state.util))
+                )
+        if not parts:
+            return []
+        every = np.sort(np.concatenate([p[1] for p in parts]))
+        breaks = np.flatnonzero(np.diff(every) >= self.limits.quiet_ns)
+        starts = np.concatenate(([every[0]], every[breaks + 1]))
+        ends = np.concatenate((every[breaks], [every[-1]]))
+        over = ends + self.limits.quiet_ns <= seen if not final else np.ones(len(ends), bool)
+        # Steps close in order: a later one is never over before an earlier one.
+        count = int(over.sum())
+        if count == 0:
+            return []
+        until = int(ends[count - 1])
+        steps = []
+        for start, end in zip(starts[:count].tolist(), ends[:count].tolist(), strict=True):
+            pieces = []
+            for index, stamps, moved, util in parts:
+                lo = int(np.searchsorted(stamps, start, side="left"))
+                hi = int(np.searchsorted(stamps, end, side="right"))
+                if hi > lo:
+                    pieces.append(
+                        RailStep(
+                            rails[index][0],
+                            int(stamps[lo]),
+                            int(stamps[hi - 1]),
+                            int(moved[lo:hi].sum()),
+                            round(float(util[lo:hi].max()), 4),
+                        )
+                    )
+            steps.append(
+                NodeStep(
+                    self.host, int(start), int(end), self.interval_ns, tuple(pieces), self.jobs
+                )
+            )
+        for index, stamps, moved, util in parts:
+            keep = stamps > until
+            state = rails[index][1]
+            state.stamps = [stamps[keep]] if keep.any() else []
+            state.moved = [moved[keep]] if keep.any() else []
+            state.util = [util[keep]] if keep.any() else []
+        return steps
+
+
+@dataclass(frozen=True, slots=True)
+class StepVerdict:
+    """One step of a group of nodes, judged."""
+
+    onset_ns: int  # the median onset
+    nodes: tuple[str, ...]  # the nodes with a part in it, by name
+    lag_ns: tuple[int, ...]  # per node: onset minus the median onset
+    excess_ns: tuple[int, ...]  # per node: end minus the median end
+    stragglers: tuple[str, ...]  # lag at or above the resolution, latest first
+    slow_rail: str | None  # the rail ending last on more than half the nodes, by enough
+    resolution_ns: int
+
+
+def match_steps(steps: Sequence[NodeStep], quiet_ns: int) -> list[list[NodeStep]]:
+    """The nodes' steps grouped into steps of the job: onsets within ``quiet_ns`` of the
+    next one, one step per node (its first)."""
+    ordered = sorted(steps, key=lambda s: (s.onset_ns, s.host))
+    groups: list[list[NodeStep]] = []
+    last = None
+    for step in ordered:
+        if last is None or step.onset_ns - last > quiet_ns:
+            groups.append([])
+        last = step.onset_ns
+        if all(other.host != step.host for other in groups[-1]):
+            groups[-1].append(step)
+    return groups
+
+
+def _median(values: Sequence[int]) -> int:
+    # The lower median of an even count: an integer of the data, the same on every machine.
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def judge_step(group: Sequence[NodeStep], limits: StepLimits | None = None) -> StepVerdict | None:
+    """One step across its nodes; None with fewer than ``min_nodes`` nodes."""
+    limits = limits or StepLimits()
+    if len(group) < limits.min_nodes:
+        return None
+    ordered = sorted(group, key=lambda s: s.host)
+    resolution = limits.resolution_ns(max(s.interval_ns for s in ordered))
+    onset = _median([s.onset_ns for s in ordered])
+    end = _median([s.end_ns for s in ordered])
+    lags = tuple(s.onset_ns - onset for s in ordered)
+    excess = tuple(s.end_ns - end for s in ordered)
+    late = sorted(
+        ((lag, s.host) for lag, s in zip(lags, ordered, strict=True) if lag >= resolution),
+        key=lambda pair: (-pair[0], pair[1]),
+    )
+    return StepVerdict(
+        onset,
+        tuple(s.host for s in ordered),
+        lags,
+        excess,
+        tuple(host for _, host in late),
+        _slow_rail(ordered, resolution),
+        resolution,
+    )
+
+
+def _slow_rail(steps: Sequence[NodeStep], resolution: int) -> str | None:
+    """The rail that ends last, by ``resolution`` or more, on more than half the nodes."""
+    votes: dict[str, int] = {}
+    for step in steps:
+        if len(step.rails) < 3:
+            continue
+        ends = [rail.end_ns for rail in step.rails]
+        middle = _median(ends)
+        latest = max(step.rails, key=lambda rail: (rail.end_ns, rail.rail))
+        if latest.end_ns - middle >= resolution:
+            votes[latest.rail] = votes.get(latest.rail, 0) + 1
+    if not votes:
+        return None
+    rail, count = max(votes.items(), key=lambda item: (item[1], item[0]))
+    return rail if 2 * count > len(steps) else None
+
+
+def judge(steps: Iterable[NodeStep], limits: StepLimits | None = None) -> list[StepVerdict]:
+    """Every judged step of one group of nodes, by onset."""
+    limits = limits or StepLimits()
+    verdicts = []
+    for group in match_steps(list(steps), limits.quiet_ns):
+        verdict = judge_step(group, limits)
+        if verdict is not None:
+            verdicts.append(verdict)
+    return verdicts
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStanding:
+    """One node over its last judged steps."""
+
+    host: str
+    steps: int  # judged steps it had a part in (at most the window)
+    straggler_steps: int
+    lag_quantiles_ns: tuple[int, int, int]  # p50, p90, max
+    excess_quantiles_ns: tuple[int, int, int]
+
+    @property
+    def score(self) -> float:
+        """The share of its judged steps in which it was a straggler."""
+        return self.straggler_steps / self.steps if self.steps else 0.0
+
+
+QUANTILES = (0.5, 0.9, 1.0)
+
+
+def _quantiles(values: Sequence[int]) -> tuple[int, int, int]:
+    ordered = sorted(values)
+    picked = [ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))] for q in QUANTILES]
+    return picked[0], picked[1], picked[2]
+
+
+class Standings:
+    """Each node's lags, excesses and straggler calls over its last ``window`` steps."""
+
+    def __init__(self, window: int = WINDOW_STEPS) -> None:
+        self.window = window
+        self._rows: dict[str, deque[tuple[int, int, bool]]] = {}
+        self.judged = 0  # steps judged, ever
+        self.straggler_calls: dict[str, int] = {}  # per node, ever (a counter)
+
+    def add(self, verdict: StepVerdict) -> None:
+        self.judged += 1
+        late = set(verdict.stragglers)
+        for host, lag, excess in zip(verdict.nodes, verdict.lag_ns, verdict.excess_ns, strict=True):
+            rows = self._rows.get(host)
+            if rows is None:
+                rows = self._rows[host] = deque(maxlen=self.window)
+            rows.append((lag, excess, host in late))
+            if host in late:
+                self.straggler_calls[host] = self.straggler_calls.get(host, 0) + 1
+
+    def standings(self) -> list[NodeStanding]:
+        out = []
+        for host in sorted(self._rows):
+            rows = self._rows[host]
+            out.append(
+                NodeStanding(
+                    host,
+                    len(rows),
+                    sum(1 for _, _, late in rows if late),
+                    _quantiles([lag for lag, _, _ in rows]),
+                    _quantiles([excess for _, excess, _ in rows]),
+                )
+            )
+        return out
