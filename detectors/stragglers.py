@@ -15,22 +15,34 @@ Definitions (the choices, in one place):
   ``floor`` (1%) of line rate over its interval: far above the background trickle, far
   below one eager send (4 MiB in a 1 ms sample is 8% at 400 Gb/s).
 * **Step.** On one node, a run of active samples of its training rails (any rail) with no
-  silence of ``quiet_ns`` (30 ms) or more inside it; a silence that long closes it. A
-  step's **onset** is the end of its first active sample, its **end** the end of its last.
-  Per rail: onset, end, bytes and peak utilization.
+  silence of ``quiet_ns`` (50 ms) or more inside it; a silence that long closes it. Pick
+  it between the longest compute gap inside a step and the gap between steps (the
+  simulated MoE job: 31 ms and 80 ms; a value near either splits nodes differently).
+* **Onset** of a rail's step: the start of its first active sample's interval (the
+  previous reading). Its first byte left between then and the **latest onset**: the
+  sample's end less the time its bytes take at line rate (NIC sends, an eager send or a
+  bulk transfer, go at line rate). The step's onset and latest onset are its rails'
+  earliest; its **end** the end of its last active sample. Per rail: onset, latest onset,
+  end, bytes and peak utilization.
 * **One step across nodes.** The nodes' steps whose onsets lie within ``quiet_ns`` of the
   next one (single linkage, sorted by onset): the lateness a straggler adds is much less
   than the silence between steps. A node with two steps in one group keeps its first.
   A group of fewer than ``min_nodes`` (3) nodes is not judged.
-* **Lag.** A node's onset minus the median onset of the step's nodes. A node is a
-  **straggler** in the step when its lag is at least the clock error between the nodes
-  (``clock_error_ns``, 100 us: PTP-class) plus one sampling interval plus
-  ``margin_ns`` (0.5 ms, the onset jitter of a rank that waits on nothing): no lag smaller
-  than the clocks and the sampler can resolve is called one.
-* **Excess.** A node's end minus the median end: whose transfers end last. A rail's
-  excess, on one node, is its end minus the median of that node's rails' ends; the step's
-  **slow rail** is the rail with the largest excess on more than half the nodes, when that
-  excess is at least the same resolution as a lag.
+* **Lag.** A node's onset minus the median onset of the step's nodes (the lower median:
+  a value of the data): a whole number of samples give or take the nodes' read noise
+  and clock error. The lag it had **at least**: its onset minus the median node's latest
+  onset. A node is a **straggler** in the step when its lag is at least the clock error
+  between the nodes (``clock_error_ns``, 100 us: PTP-class) plus one sampling interval,
+  and its lag at least is at least the clock error plus ``margin_ns`` (0.5 ms: ranks that
+  wait on nothing reach a collective within it of each other). No lag smaller than the
+  clocks and the sampler can resolve is called one, and no lag the sample grid alone
+  could have made (two ranks 0.2 ms apart on either side of a sample boundary).
+* **Excess.** A node's end minus the median end: whose transfers end last. Only nodes
+  whose step lasted within ``quiet_ns`` of the median duration compare: a node that
+  split or joined steps differently (a gap measured at the threshold) has no excess in
+  that step. A rail's excess, on one node, is its end minus the median of that node's
+  rails' ends; the step's **slow rail** is the rail with the largest excess on more than
+  half the nodes, when that excess is at least the same resolution as a lag.
 * **Score.** Per node, over the last ``window`` (300) judged steps: the share in which it
   was a straggler; its lag and excess quantiles over the same steps.
 
@@ -41,6 +53,7 @@ the fleet report use these same functions, so live and offline say the same.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -49,7 +62,7 @@ import numpy as np
 
 from burstscope.detectors.arrays import F64, I64
 
-QUIET_NS = 30_000_000
+QUIET_NS = 50_000_000
 FLOOR = 0.01
 CLOCK_ERROR_NS = 100_000
 MARGIN_NS = 500_000
@@ -66,8 +79,13 @@ class StepLimits:
     min_nodes: int = MIN_NODES
 
     def resolution_ns(self, interval_ns: int) -> int:
-        """The smallest lag or excess called: clocks, one sample, and the onset jitter."""
-        return self.clock_error_ns + interval_ns + self.margin_ns
+        """The smallest lag or excess called: the clocks' error and one sample."""
+        return self.clock_error_ns + interval_ns
+
+    @property
+    def sure_ns(self) -> int:
+        """The smallest lag-at-least called: the clocks' error and the ranks' jitter."""
+        return self.clock_error_ns + self.margin_ns
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +93,15 @@ class RailStep:
     """One rail's part of a node's step (transmit)."""
 
     rail: str  # "device/port"
-    onset_ns: int
+    onset_ns: int  # its first active sample's start
     end_ns: int
     bytes: int
     peak: float  # highest sample utilization, 0..1
+    onset_latest_ns: int | None = None  # the latest its first byte can have left
+
+    @property
+    def latest_ns(self) -> int:
+        return self.onset_ns if self.onset_latest_ns is None else self.onset_latest_ns
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +109,17 @@ class NodeStep:
     """One node's step: what the agent publishes, and what the fleet report reads."""
 
     host: str
-    onset_ns: int  # the first active sample's end, any rail
+    onset_ns: int  # the earliest rail's onset: its first active sample's start
     end_ns: int  # the last active sample's end, any rail
     interval_ns: int  # the node's sampling interval
     rails: tuple[RailStep, ...]  # the rails active in the step, by label
     jobs: tuple[str, ...] = ()  # the jobs holding the node's rails, when known
+    # The latest the first byte can have left (None: at the onset exactly).
+    onset_latest_ns: int | None = None
+
+    @property
+    def latest_ns(self) -> int:
+        return self.onset_ns if self.onset_latest_ns is None else self.onset_latest_ns
 
     @property
     def bytes(self) -> int:
@@ -104,6 +133,8 @@ class _Rail:
     last_ns: int = -1  # the previous sample's end (for the first delta of a feed)
     last_value: int | None = None
     stamps: list[I64] = field(default_factory=list)  # active samples' ends
+    begun: list[I64] = field(default_factory=list)  # the latest their bytes can have begun
+    earliest: list[I64] = field(default_factory=list)  # their intervals' starts
     moved: list[I64] = field(default_factory=list)  # their bytes
     util: list[F64] = field(default_factory=list)  # their utilization
 
@@ -155,6 +186,12 @@ class StepSplitter:
         np.divide(moved * 1e9, dt * float(line_rate), out=util, where=valid)
         active = valid & (util >= self.limits.floor)
         if active.any():
+            # The latest each sample's bytes can have begun, sent at line rate.
+            begun = stamps[active] - np.minimum(
+                dt[active], (moved[active] * 1e9 / line_rate).astype(np.int64)
+            )
+            state.begun.append(begun)
+            state.earliest.append(stamps[active] - dt[active])
             state.stamps.append(stamps[active])
             state.moved.append(moved[active])
             state.util.append(np.minimum(util[active], 1.0))
@@ -174,7 +211,14 @@ class StepSplitter:
             if state.stamps:
                 stamps = np.concatenate(state.stamps)
                 parts.append(
-                    (index, stamps, np.concatenate(state.moved), np.concatenate(state.util))
+                    (
+                        index,
+                        stamps,
+                        np.concatenate(state.moved),
+                        np.concatenate(state.util),
+                        np.concatenate(state.begun),
+                        np.concatenate(state.earliest),
+                    )
                 )
         if not parts:
             return []
@@ -191,30 +235,39 @@ class StepSplitter:
         steps = []
         for start, end in zip(starts[:count].tolist(), ends[:count].tolist(), strict=True):
             pieces = []
-            for index, stamps, moved, util in parts:
+            for index, stamps, moved, util, begun, earliest in parts:
                 lo = int(np.searchsorted(stamps, start, side="left"))
                 hi = int(np.searchsorted(stamps, end, side="right"))
                 if hi > lo:
                     pieces.append(
                         RailStep(
                             rails[index][0],
-                            int(stamps[lo]),
+                            int(earliest[lo]),
                             int(stamps[hi - 1]),
                             int(moved[lo:hi].sum()),
                             round(float(util[lo:hi].max()), 4),
+                            int(begun[lo]),
                         )
                     )
             steps.append(
                 NodeStep(
-                    self.host, int(start), int(end), self.interval_ns, tuple(pieces), self.jobs
+                    self.host,
+                    min(piece.onset_ns for piece in pieces),
+                    int(end),
+                    self.interval_ns,
+                    tuple(pieces),
+                    self.jobs,
+                    min(piece.latest_ns for piece in pieces),
                 )
             )
-        for index, stamps, moved, util in parts:
+        for index, stamps, moved, util, begun, earliest in parts:
             keep = stamps > until
             state = rails[index][1]
             state.stamps = [stamps[keep]] if keep.any() else []
             state.moved = [moved[keep]] if keep.any() else []
             state.util = [util[keep]] if keep.any() else []
+            state.begun = [begun[keep]] if keep.any() else []
+            state.earliest = [earliest[keep]] if keep.any() else []
         return steps
 
 
@@ -225,7 +278,8 @@ class StepVerdict:
     onset_ns: int  # the median onset
     nodes: tuple[str, ...]  # the nodes with a part in it, by name
     lag_ns: tuple[int, ...]  # per node: onset minus the median onset
-    excess_ns: tuple[int, ...]  # per node: end minus the median end
+    lag_at_least_ns: tuple[int, ...]  # per node: its onset minus the median's latest onset
+    excess_ns: tuple[int | None, ...]  # per node: end minus the median end; None: split unlike
     stragglers: tuple[str, ...]  # lag at or above the resolution, latest first
     slow_rail: str | None  # the rail ending last on more than half the nodes, by enough
     resolution_ns: int
@@ -236,14 +290,23 @@ def match_steps(steps: Sequence[NodeStep], quiet_ns: int) -> list[list[NodeStep]
     next one, one step per node (its first)."""
     ordered = sorted(steps, key=lambda s: (s.onset_ns, s.host))
     groups: list[list[NodeStep]] = []
+    hosts: set[str] = set()  # the current group's: a set, for a fleet of hundreds of nodes
     last = None
     for step in ordered:
         if last is None or step.onset_ns - last > quiet_ns:
             groups.append([])
+            hosts = set()
         last = step.onset_ns
-        if all(other.host != step.host for other in groups[-1]):
+        if step.host not in hosts:
+            hosts.add(step.host)
             groups[-1].append(step)
     return groups
+
+
+def _median_step(steps: Sequence[NodeStep]) -> NodeStep:
+    """The node step of the (lower) median onset; ties by host name."""
+    ordered = sorted(steps, key=lambda s: (s.onset_ns, s.host))
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def _median(values: Sequence[int]) -> int:
@@ -259,21 +322,30 @@ def judge_step(group: Sequence[NodeStep], limits: StepLimits | None = None) -> S
         return None
     ordered = sorted(group, key=lambda s: s.host)
     resolution = limits.resolution_ns(max(s.interval_ns for s in ordered))
-    onset = _median([s.onset_ns for s in ordered])
-    end = _median([s.end_ns for s in ordered])
+    middle = _median_step(ordered)
+    onset = middle.onset_ns
     lags = tuple(s.onset_ns - onset for s in ordered)
-    excess = tuple(s.end_ns - end for s in ordered)
+    sure = tuple(s.onset_ns - middle.latest_ns for s in ordered)
+    length = _median([s.end_ns - s.onset_ns for s in ordered])
+    alike = [abs(s.end_ns - s.onset_ns - length) <= limits.quiet_ns for s in ordered]
+    end = _median([s.end_ns for s, same in zip(ordered, alike, strict=True) if same])
+    excess = tuple(s.end_ns - end if same else None for s, same in zip(ordered, alike, strict=True))
     late = sorted(
-        ((lag, s.host) for lag, s in zip(lags, ordered, strict=True) if lag >= resolution),
+        (
+            (lag, s.host)
+            for lag, least, s in zip(lags, sure, ordered, strict=True)
+            if lag >= resolution and least >= limits.sure_ns
+        ),
         key=lambda pair: (-pair[0], pair[1]),
     )
     return StepVerdict(
         onset,
         tuple(s.host for s in ordered),
         lags,
+        sure,
         excess,
         tuple(host for _, host in late),
-        _slow_rail(ordered, resolution),
+        _slow_rail([s for s, same in zip(ordered, alike, strict=True) if same], resolution),
         resolution,
     )
 
@@ -314,7 +386,7 @@ class NodeStanding:
     steps: int  # judged steps it had a part in (at most the window)
     straggler_steps: int
     lag_quantiles_ns: tuple[int, int, int]  # p50, p90, max
-    excess_quantiles_ns: tuple[int, int, int]
+    excess_quantiles_ns: tuple[int, int, int] | None  # None: no step compared its end
 
     @property
     def score(self) -> float:
@@ -327,7 +399,10 @@ QUANTILES = (0.5, 0.9, 1.0)
 
 def _quantiles(values: Sequence[int]) -> tuple[int, int, int]:
     ordered = sorted(values)
-    picked = [ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))] for q in QUANTILES]
+    if not ordered:
+        raise ValueError("no values")
+    # Nearest rank: the smallest value with at least q of the values at or below it.
+    picked = [ordered[max(0, math.ceil(q * len(ordered)) - 1)] for q in QUANTILES]
     return picked[0], picked[1], picked[2]
 
 
@@ -336,7 +411,7 @@ class Standings:
 
     def __init__(self, window: int = WINDOW_STEPS) -> None:
         self.window = window
-        self._rows: dict[str, deque[tuple[int, int, bool]]] = {}
+        self._rows: dict[str, deque[tuple[int, int | None, bool]]] = {}
         self.judged = 0  # steps judged, ever
         self.straggler_calls: dict[str, int] = {}  # per node, ever (a counter)
 
@@ -355,13 +430,14 @@ class Standings:
         out = []
         for host in sorted(self._rows):
             rows = self._rows[host]
+            ends = [excess for _, excess, _ in rows if excess is not None]
             out.append(
                 NodeStanding(
                     host,
                     len(rows),
                     sum(1 for _, _, late in rows if late),
                     _quantiles([lag for lag, _, _ in rows]),
-                    _quantiles([excess for _, excess, _ in rows]),
+                    _quantiles(ends) if ends else None,
                 )
             )
         return out

@@ -26,7 +26,19 @@ from burstscope.collector.simulation.congestion import (
     place_episodes,
 )
 from burstscope.collector.simulation.model import TrafficModel
-from burstscope.collector.simulation.profiles import DEFAULT_PROFILE, PROFILES, profile_named
+from burstscope.collector.simulation.profiles import (
+    DEFAULT_PROFILE,
+    PROFILES,
+    SLOW_RAIL,
+    RailFault,
+    profile_named,
+)
+from burstscope.collector.simulation.stragglers import (
+    STRAGGLERS_FILE,
+    JobGroup,
+    Straggler,
+    step_starts,
+)
 from burstscope.collector.simulation.sysfs_writer import SysfsWriter
 from burstscope.collector.trace import TraceError, TraceInfo, TraceWriter, prepare_output
 from burstscope.collector.tracegen import (
@@ -70,6 +82,31 @@ def register(parser: argparse.ArgumentParser) -> None:
         "same collectives as every other node, with this node's own sampler noise, a "
         "skew under 100 us and a clock offset within 20 us, all derived from NAME and "
         "recorded in the trace (default: this machine's name, one node alone)",
+    )
+    parser.add_argument(
+        "--job-hosts",
+        metavar="H1,H2,...",
+        help="with --host: every node of the job, by name (the host among them): each step's "
+        "collectives wait for the last node to arrive, and a node that arrives early sends "
+        "only its eager bytes (4 MiB a rail) until then (the model: "
+        "collector/simulation/stragglers.py)",
+    )
+    parser.add_argument(
+        "--straggler",
+        action="append",
+        default=[],
+        metavar="HOST:MS[:EVERY[:FIRST]]",
+        help="with --job-hosts: HOST reaches each step's first collective MS milliseconds "
+        "late, in every EVERY-th step (default 1) from step FIRST (default 0); repeatable. "
+        "The truth goes to PATH/_stragglers.jsonl",
+    )
+    parser.add_argument(
+        "--slow-rail",
+        action="append",
+        default=[],
+        metavar="RAIL:FRACTION",
+        help="with --job-hosts: training rail RAIL (0-7) of the job runs at FRACTION of its rate "
+        "on every node (a slow link paces every rank of its ring); repeatable",
     )
     parser.add_argument(
         "--collectives",
@@ -138,7 +175,55 @@ def _validated(args: argparse.Namespace) -> TrafficModel:
         raise UsageError(f"--duration {args.duration:g} must be a positive number of seconds")
     if (args.output is None) == (args.sysfs is None):
         raise UsageError("give exactly one of -o PATH (a trace) or --sysfs DIR (a live tree)")
-    return TrafficModel(args.profile, args.seed)
+    group = _group(args)
+    return TrafficModel(
+        args.profile, args.seed, group=group, host=args.host if group is not None else None
+    )
+
+
+def _group(args: argparse.Namespace) -> JobGroup | None:
+    """The job the node is one of (--job-hosts), with what is injected into it."""
+    if args.job_hosts is None:
+        if args.straggler or args.slow_rail:
+            raise UsageError("--straggler and --slow-rail need --job-hosts")
+        return None
+    if args.host is None:
+        raise UsageError("--job-hosts needs --host: which of the job's nodes this one is")
+    hosts = tuple(name.strip() for name in args.job_hosts.split(","))
+    if args.host not in hosts:
+        raise UsageError(f"--host {args.host!r} is not one of --job-hosts {args.job_hosts!r}")
+    stragglers = tuple(_straggler(text) for text in args.straggler)
+    faults = tuple(_slow_rail(text) for text in args.slow_rail)
+    try:
+        return JobGroup(hosts, stragglers, args.seed, faults)
+    except ValueError as exc:
+        raise UsageError(f"--job-hosts {args.job_hosts!r}: {exc}") from None
+
+
+def _straggler(text: str) -> Straggler:
+    parts = text.rsplit(":", 3) if text.count(":") <= 3 else []
+    try:
+        host, delay = parts[0], float(parts[1])
+        every = int(parts[2]) if len(parts) > 2 else 1
+        first = int(parts[3]) if len(parts) > 3 else 0
+        if not host or not (math.isfinite(delay) and delay > 0):
+            raise ValueError
+        return Straggler(host, round(delay * 1e6), first, None, every)
+    except (IndexError, ValueError):
+        raise UsageError(
+            f"--straggler {text!r} is not HOST:MS[:EVERY[:FIRST]] (a delay > 0 ms, "
+            "whole numbers EVERY >= 1 and FIRST >= 0)"
+        ) from None
+
+
+def _slow_rail(text: str) -> RailFault:
+    rail, _, fraction = text.partition(":")
+    try:
+        return RailFault(int(rail), SLOW_RAIL, float(fraction))
+    except ValueError:
+        raise UsageError(
+            f"--slow-rail {text!r} is not RAIL:FRACTION (a training rail 0-7, a fraction in (0, 1])"
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -193,6 +278,10 @@ def run(args: argparse.Namespace) -> int:
         )
         if episodes:
             _write_episodes(path, episodes, model, start_ns)
+        if model.group is not None and model.group.stragglers:
+            duration_ns = round(args.duration * 1e9)
+            records = _straggler_truth(args, model.group, node, start_ns, duration_ns)
+            _write_truth(path, STRAGGLERS_FILE, records)
     except TraceError as exc:
         raise UsageError(str(exc)) from None
     elapsed = time.perf_counter() - began
@@ -235,6 +324,31 @@ def _write_episodes(
         (path / EPISODES_FILE).write_text("".join(line + "\n" for line in lines))
     except OSError as exc:
         raise TraceError(f"cannot write {str(path / EPISODES_FILE)!r}: {exc.strerror}") from None
+
+
+def _straggler_truth(
+    args: argparse.Namespace, group: JobGroup, node: NodeTiming, start_ns: int, duration_ns: int
+) -> list[dict[str, int | str]]:
+    """The injected stragglers of every step the trace covers, each step's start and end
+    on this node's clock (model time + skew + start + clock offset, as its samples)."""
+    model = TrafficModel(args.profile, args.seed, group=group, host=args.host)
+    offset = node.skew_ns + start_ns + node.clock_offset_ns
+    steps = []
+    time_ns = 0
+    while time_ns <= duration_ns:
+        block = model.block_at(time_ns)
+        if block.shape is not None:
+            steps.append((block.index, block.start_ns + offset, block.end_ns + offset))
+        time_ns = block.end_ns
+        model.forget_before(time_ns)
+    return step_starts(steps, group)
+
+
+def _write_truth(path: Path, name: str, records: list[dict[str, int | str]]) -> None:
+    try:
+        (path / name).write_text("".join(json.dumps(r) + "\n" for r in records))
+    except OSError as exc:
+        raise TraceError(f"cannot write {str(path / name)!r}: {exc.strerror}") from None
 
 
 def _prepare_tree(root: Path) -> None:

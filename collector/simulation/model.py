@@ -34,6 +34,7 @@ from burstscope.collector.simulation.profiles import (
     SimPort,
     profile_named,
 )
+from burstscope.collector.simulation.stragglers import JobGroup
 from burstscope.collector.simulation.workload import (
     CHANNELS,
     IterationPlan,
@@ -49,6 +50,7 @@ BURST_THRESHOLD = 0.5
 # Counters of a port that has been up for a while: a random start below 2**44 bytes.
 _INITIAL_BYTES = 1 << 44
 _INITIAL_STREAM = 0x5EED
+_SHORTEST_BURST_NS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +130,23 @@ class TrafficModel:
         profile: str = DEFAULT_PROFILE,
         seed: int = 0,
         rail_faults: tuple[RailFault, ...] = (),
+        group: JobGroup | None = None,
+        host: str | None = None,
     ) -> None:
         self.profile: Profile = profile_named(profile)
         self.seed = seed
         # Injected rail faults (profiles.RailFault): each iteration gets those in force at
         # its start; they draw no random numbers, so nothing else about the node changes.
-        self.rail_faults = rail_faults
+        # A group's rail faults are on every node of it (a slow link paces its ring).
+        self.rail_faults = rail_faults + (group.rail_faults if group is not None else ())
+        # This node as ``host`` of the job ``group`` (simulation.stragglers): each step waits
+        # for the group's last rank. Every node of the group must use the same seed.
+        if (group is None) != (host is None):
+            raise ValueError("give a job group and this node's host name together")
+        if group is not None and host not in group.hosts:
+            raise ValueError(f"host {host!r} is not one of the job group's hosts")
+        self.group = group
+        self.host = host
         self.ports: tuple[SimPort, ...] = PORTS
         self._line = np.array([p.bytes_per_ns for p in PORTS for _ in range(2)], dtype=np.float64)
         self._trickle = self._line * self.profile.trickle
@@ -207,7 +220,10 @@ class TrafficModel:
         if checkpoint:
             self._next_checkpoint += self._job.checkpoint_every_ns
         faults = tuple(fault for fault in self.rail_faults if fault.active(start))
-        plan = plan_iteration(self._job, rng, start, checkpoint, faults)
+        arrival = None
+        if self.group is not None and self.host is not None:
+            arrival = self.group.arrival(self.host, self._next_index)
+        plan = plan_iteration(self._job, rng, start, checkpoint, faults, arrival)
         return plan.end_ns, plan
 
     def _append(self, generated: tuple[int, IterationPlan | None]) -> None:
@@ -297,6 +313,9 @@ class TrafficModel:
         end = items.end_ns[last]
         total = np.add.reduceat(item_bytes, np.nonzero(first)[0])
         keep = total >= BURST_THRESHOLD * self._line[channel] * (end - start)
+        # A send shorter than a millisecond (a job's eager send, simulation.stragglers) is
+        # no burst a 1 ms sampler can resolve: the other items last MIN_BURST_NS or 2 ms.
+        keep &= end - start >= _SHORTEST_BURST_NS
         return start[keep], end[keep], total[keep]
 
     # -- evaluation -----------------------------------------------------------------

@@ -32,6 +32,7 @@ from burstscope.collector.simulation.profiles import (
     JobShape,
     RailFault,
 )
+from burstscope.collector.simulation.stragglers import EAGER_BYTES, EAGER_RATE, Arrival
 from burstscope.detectors.arrays import F64, I64
 
 XMIT = 0
@@ -359,17 +360,25 @@ def plan_iteration(
     start_ns: int,
     checkpoint: bool,
     rail_faults: tuple[RailFault, ...] = (),
+    arrival: Arrival | None = None,
 ) -> IterationPlan:
     """The wire items of one iteration starting at ``start_ns`` on every channel;
     ``rail_faults``: the rail faults in force for it (profiles.RailFault). They draw nothing
-    from ``rng``, so the rest of the node is the same with or without them."""
+    from ``rng``, so the rest of the node is the same with or without them. ``arrival``:
+    this node as one of a job's nodes (simulation.stragglers): the chain's first event it
+    sends in, and every event after it, waits for the last rank (``arrival.group_ns``), and
+    the node sends its eager bytes when it arrives itself. It draws nothing from ``rng``."""
     chain = _chain_for(shape)
     gap = np.asarray(chain.gap, dtype=np.int64)
     wait = np.asarray(chain.wait, dtype=np.int64)
     # issue[i] = issue[i-1] + wait[i-1] + gap[i]
     issue = start_ns + np.cumsum(gap + np.concatenate(([0], wait[:-1])))
-    chain_end = int(issue[-1] + wait[-1])
     directions = np.asarray(chain.directions)
+    sends = np.flatnonzero(directions & _SEND)
+    first_send = int(sends[0]) if arrival is not None and len(sends) else -1
+    if first_send >= 0 and arrival is not None:
+        issue[first_send:] += arrival.group_ns
+    chain_end = int(issue[-1] + wait[-1])
     size = np.asarray(chain.size)
     low, high = np.asarray(chain.rate_low), np.asarray(chain.rate_high)
     spread = np.asarray(chain.spread)
@@ -382,21 +391,28 @@ def plan_iteration(
         chosen = (directions & mask) != 0
         count = int(chosen.sum())
         shape2 = (TRAINING_PORTS, count)
-        arrival = issue[chosen] + rail_offset + rng.integers(0, _MESSAGE_JITTER_NS, size=shape2)
+        arrival_ns = issue[chosen] + rail_offset + rng.integers(0, _MESSAGE_JITTER_NS, size=shape2)
         if direction == RCV:
-            arrival += rng.integers(*_RECEIVE_LAG_NS, size=shape2)
+            arrival_ns += rng.integers(*_RECEIVE_LAG_NS, size=shape2)
         nbytes = size[chosen] * rng.lognormal(0.0, spread[chosen], size=shape2)
         rate = _rates(low[chosen], high[chosen], shape2, rng) * line
         if rail_faults:
             nbytes, rate, duration = _with_rail_faults(rail_faults, nbytes, rate)
         else:
             duration = _durations(nbytes, rate)
-        start, end = fifo(arrival.astype(np.int64), duration)
+        start, end = fifo(arrival_ns.astype(np.int64), duration)
         # A FIFO keeps each rail's items in chain order: item j is the j-th chosen event.
         event = np.flatnonzero(chosen).astype(np.int64)
-        per_direction.extend(
-            WireItems(start[r], end[r], rate[r], event) for r in range(TRAINING_PORTS)
-        )
+        items = [WireItems(start[r], end[r], rate[r], event) for r in range(TRAINING_PORTS)]
+        if first_send >= 0 and arrival is not None and chosen[first_send]:
+            at = int(np.searchsorted(event, first_send))
+            # When this node arrived (send) or its first peer's eager bytes reached it
+            # (receive), against the bulk, which waited for the last rank.
+            early = arrival.group_ns - (
+                arrival.own_ns if direction == XMIT else arrival.first_peer_ns
+            )
+            items = [_with_eager(item, at, early, line) for item in items]
+        per_direction.extend(items)
     # per_direction holds all xmit rails then all rcv rails; interleave into channel order.
     for port in range(TRAINING_PORTS):
         channels.append(per_direction[port])
@@ -432,6 +448,25 @@ def plan_iteration(
     channels.extend((writes, reads))
     collectives = _chain_collectives(chain, issue, channels[: 2 * TRAINING_PORTS])
     return IterationPlan(finish + MIN_GAP_NS, tuple(channels), collectives)
+
+
+def _with_eager(items: WireItems, at: int, early_ns: int, line: float) -> WireItems:
+    """``items`` with an eager send of EAGER_BYTES ``early_ns`` before item ``at`` (the
+    first event this node sends in) was queued, where it fits between that item and the
+    one before it; where it does not (the node was about the last to arrive), the eager
+    bytes are part of the bulk and nothing is added."""
+    rate = EAGER_RATE * line
+    duration = int(np.ceil(EAGER_BYTES / rate))
+    begin = int(items.start_ns[at]) - early_ns
+    before = int(items.end_ns[at - 1]) if at > 0 else -1
+    if early_ns <= duration or begin <= before:
+        return items
+    return WireItems(
+        np.insert(items.start_ns, at, begin),
+        np.insert(items.end_ns, at, begin + duration),
+        np.insert(items.bytes_per_ns, at, rate),
+        np.insert(items.event, at, items.event[at]),
+    )
 
 
 def _chain_collectives(chain: _Chain, issue: I64, training: list[WireItems]) -> ChainCollectives:
