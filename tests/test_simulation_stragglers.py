@@ -35,7 +35,7 @@ MS = 1_000_000
 
 
 def _schedules(group: JobGroup, seconds: int) -> dict[str, tuple[I64, ...]]:
-    out = {}
+    out: dict[str, tuple[I64, ...]] = {}
     for host in group.hosts:
         model = TrafficModel("moe", 3, group=group, host=host)
         schedule = model.schedule(0, seconds * SECOND)
