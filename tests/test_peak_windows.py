@@ -1,8 +1,8 @@
 """A peak for every scrape interval the docs promise, held against a real Prometheus.
 
 dashboards/README.md promises that the 75 s peak window loses no peak at any scrape interval
-up to 60 s (a 15 s margin). Scaled down tenfold here, through the agent's own constructor
-arguments: windows of 1.5 s and 7.5 s, a 6 s scrape, the drain every 0.1 s (the agent's
+up to 60 s (a 15 s margin). Scaled down twentyfold here, through the agent's own constructor
+arguments: windows of 0.75 s and 3.75 s, a 3 s scrape, the drain every 0.05 s (the agent's
 1 s, scaled alike). Prometheus (Debian's ``prometheus``) scrapes the real agent sampling an
 emulated node; once its scrape schedule is known, the emulated port carries one 60 ms burst
 of a different height early in each of three scrape intervals (the hardest place: the
@@ -33,14 +33,15 @@ from tests.conftest import require_binary
 
 pytestmark = pytest.mark.integration
 
-SCALE = 10  # every duration below is the product's divided by this
+SCALE = 20  # every duration below is the product's divided by this
 SCRAPE_S = 60 / SCALE  # the longest promised scrape interval, 60 s
-WINDOWS = (("1.5s", 1_500_000_000), ("7.5s", 7_500_000_000))  # 15s and 75s, scaled
+WINDOWS = (("750ms", 750_000_000), ("3.75s", 3_750_000_000))  # 15s and 75s, scaled
+TIMEOUT_MS = round((SCRAPE_S - 0.5) * 1000)  # Prometheus wants it under the interval
 DRAIN_S = 1.0 / SCALE  # AGENT_DRAIN_SECONDS, scaled
 # Of line rate, one burst per scrape interval. The 1 ms maxima come out higher and vary (the
 # emulated writer shares this process and steps every 0.5 ms, so samples jitter, clipped at
-# 1): that is why the trace, not the height, is the truth. Each burst is 11.4 s before the
-# scrape after next, beyond the 7.5 s window, so no interval's value can be its neighbour's.
+# 1): that is why the trace, not the height, is the truth. Each burst is 5.7 s before the
+# scrape after next, beyond the 3.75 s window, so no interval's value can be its neighbour's.
 HEIGHTS = (0.2, 0.05, 0.4)
 BURST_S = 0.06
 LEAD_S = SCRAPE_S / 10  # the burst starts this long after the interval's scrape
@@ -89,7 +90,7 @@ def trace_utilization(trace: Path, line_rate: int) -> tuple[np.ndarray, np.ndarr
 
 @pytest.fixture
 def scraped(prometheus_binary: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """The agent scraped at 6 s while the bursts play; yields what the assertions need."""
+    """The agent scraped at 3 s while the bursts play; yields what the assertions need."""
     from burstscope.agent import Agent
     from burstscope.collector.trace import TraceWriter
 
@@ -106,7 +107,7 @@ def scraped(prometheus_binary: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
     prometheus_dir.mkdir()
     config = prometheus_dir / "prometheus.yml"
     config.write_text(
-        f"global:\n  scrape_interval: {SCRAPE_S:g}s\n  scrape_timeout: 5s\n"
+        f"global:\n  scrape_interval: {SCRAPE_S:g}s\n  scrape_timeout: {TIMEOUT_MS}ms\n"
         "scrape_configs:\n  - job_name: burstscope\n"
         f"    static_configs:\n      - targets: [{json.dumps(f'127.0.0.1:{port}')}]\n"
     )
@@ -166,7 +167,7 @@ def test_long_window_keeps_every_peak_at_the_longest_promised_scrape(
 ) -> None:
     server: simulated_fleet.Prometheus = scraped["server"]
     now = time.time()
-    long_samples = raw_samples(server, SERIES + ',window="7.5s"}', now)
+    long_samples = raw_samples(server, SERIES + ',window="3.75s"}', now)
     stamps = [float(t) for t, _ in long_samples]
     times, utilization = trace_utilization(scraped["trace"], scraped["line_rate"])
 
@@ -189,8 +190,8 @@ def test_long_window_keeps_every_peak_at_the_longest_promised_scrape(
         after = min(t for t in stamps if t > start)
         truth = trace_max(before, after)
         assert truth > 0.0  # the burst is in the trace
-        compared.append((promql_max("7.5s", before, after), truth))
-        short_missed += promql_max("1.5s", before, after) < truth
+        compared.append((promql_max("3.75s", before, after), truth))
+        short_missed += promql_max("750ms", before, after) < truth
     assert [seen for seen, _ in compared] == pytest.approx([t for _, t in compared], rel=1e-12)
     # The short window (15 s unscaled, all the agent exported before) misses them here.
     assert short_missed == len(HEIGHTS)
