@@ -59,7 +59,7 @@ test: $(ALL_STAMP) $(HTA_STAMP) $(CHECKOV_STAMP) system-packages
 
 # Each benchmark prints one JSON line (sampler: one per configuration) and compares
 # against a reference measured in the same run.
-BENCHMARKS ?= sampler agent detection simulate demo exporter capture mqtt fleet fleet_report
+BENCHMARKS ?= sampler agent detection simulate demo exporter capture mqtt fleet fleet_report stragglers
 
 bench: $(ALL_STAMP)
 	@for name in $(BENCHMARKS); do $(BIN)/python bench/$$name.py --json || exit 1; done

@@ -36,6 +36,7 @@ from burstscope.collector.exporter import (
     PEAK_WINDOWS,
     BurstscopeCollector,
     pfc_watchdog_families,
+    step_families,
 )
 from burstscope.collector.http import DEFAULT_LISTEN, HttpError, MetricsServer
 from burstscope.collector.intake import AGENT_DRAIN_SECONDS
@@ -50,6 +51,7 @@ from burstscope.collector.pipeline import Pipeline, wait_for_first_drain
 from burstscope.collector.recording import Recording, Retention
 from burstscope.collector.sampler import SamplerConfig, SamplerError, parse_interval
 from burstscope.collector.sources.base import CounterSource
+from burstscope.collector.step_summaries import LiveSteps, StepSettings, step_settings
 from burstscope.collector.throttle_live import LiveThrottle
 from burstscope.collector.trace import DIRECTORY_MODE, TraceError, TraceInfo
 from burstscope.collector.web_config import (
@@ -60,6 +62,7 @@ from burstscope.collector.web_config import (
 )
 from burstscope.detectors.config import Thresholds
 from burstscope.detectors.silence import SilenceWatch
+from burstscope.detectors.stragglers import NodeStep
 from burstscope.detectors.throttle import ThrottleLimits
 from burstscope.errors import UsageError
 from burstscope.logging_journal import setup_logging as setup_journal_logging
@@ -102,6 +105,8 @@ class AgentSettings:
     pfc_watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
     # [throttle] xmit_wait_tick_ns: port_xmit_wait's tick, for the throttled seconds' causes
     xmit_wait_tick_ns: float | None = None
+    # [steps]: one summary per step of the training rails on MQTT (collector.step_summaries)
+    steps: StepSettings = field(default_factory=StepSettings)
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
@@ -159,6 +164,11 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
     problem = spin_problem(config.get("sampler", "spin", 0), interval)
     if problem is not None:
         raise UsageError(problem)
+    mqtt = _mqtt_settings(args, config)
+    try:
+        steps = step_settings(config.get, mqtt is not None, interval)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return AgentSettings(
         source=source,
         sampler=SamplerConfig(
@@ -172,7 +182,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         web=web,
         slow_interval_seconds=config.get("source", "slow_interval", 1.0),
         sysfs_root=sysfs_root,
-        mqtt=_mqtt_settings(args, config),
+        mqtt=mqtt,
         recording_dir=pick("record", "recording", "path", None),
         recording_piece_seconds=config.get("recording", "piece_seconds", 5.0),
         retention=Retention(
@@ -186,6 +196,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         collectives=collective_settings(config.get, args),
         pfc_watchdog=_pfc_watchdog_settings(config, args),
         xmit_wait_tick_ns=config.get("throttle", "xmit_wait_tick_ns", None),
+        steps=steps,
     )
 
 
@@ -333,6 +344,10 @@ class Agent:
         self.pfc_watchdog = build_pfc_watchdog(
             settings.pfc_watchdog, slow_sources, settings.source.ports
         )
+        if settings.steps.publish and settings.mqtt is not None:
+            self.pipeline.steps = LiveSteps(
+                settings.mqtt.node, settings.sampler.interval_ns, settings.steps.limits
+            )
 
     def start(self) -> None:
         # Bind first: a port in use is bad input and should fail before sampling starts.
@@ -373,6 +388,22 @@ class Agent:
                 raise UsageError(str(exc)) from None
         self._start_jobs()
         self._start_pfc_watchdog()
+        self._start_steps()
+
+    def _start_steps(self) -> None:
+        """The steps' summaries to whichever publisher a reload leaves running, and their
+        count on /metrics."""
+        steps = self.pipeline.steps
+        if steps is None:
+            return
+
+        def publish(step: NodeStep) -> None:
+            if self.mqtt is not None:
+                self.mqtt.on_step(step)
+                steps.published += 1
+
+        steps.listeners.append(publish)
+        self.collector.extra_families.append(lambda: step_families(steps.published))
 
     def _start_pfc_watchdog(self) -> None:
         """Its thread, its families on /metrics, its storms on MQTT (whichever publisher a
@@ -446,6 +477,7 @@ def _restart_only(settings: AgentSettings) -> dict[str, Any]:
         "collectives": settings.collectives,
         "pfc_watchdog": settings.pfc_watchdog,
         "throttle.xmit_wait_tick_ns": settings.xmit_wait_tick_ns,
+        "steps": settings.steps,
         "recording": (
             settings.recording_dir,
             settings.recording_piece_seconds,

@@ -27,6 +27,7 @@ COMMANDS = {
     "top": "live view of every port's bursts",
     "demo": "run the simulated GPU node through the agent and report on it",
     "events": "show the fleet's burst and link events from an MQTT broker",
+    "stragglers": "judge the fleet's steps per job: stragglers and slow rails, as metrics",
     "export": "a trace's bursts as Chrome trace events, merged into a PyTorch trace if asked",
     "capture": "RoCEv2 packets per QP and traffic class, CNP/ECN, coflow collisions",
     "install-files": "copy the dashboards, alert rules and systemd unit to a directory",

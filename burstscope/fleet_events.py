@@ -195,8 +195,10 @@ async def subscribe(
     session: str | None,
     on_message: Callable[[str, bytes], None],
     on_state: Callable[[bool], None],
+    name: str = "burstscope events",
 ) -> None:
-    """Subscribe at QoS 1 until cancelled, reconnecting with jittered, capped backoff."""
+    """Subscribe at QoS 1 until cancelled, reconnecting with jittered, capped backoff;
+    ``name`` begins the lines it says so in on stderr."""
     import aiomqtt
 
     from burstscope.collector.mqtt.publisher import Backoff, client, refusal
@@ -214,7 +216,7 @@ async def subscribe(
                 backoff.reset()
                 on_state(True)
                 if first:
-                    print(f"burstscope events: subscribed to {settings.endpoint}", file=sys.stderr)
+                    print(f"{name}: subscribed to {settings.endpoint}", file=sys.stderr)
                 first = False
                 async for message in connection.messages:
                     body = message.payload
@@ -230,7 +232,7 @@ async def subscribe(
             delay = backoff.next_delay()
             if not at_cap:
                 print(
-                    f"burstscope events: MQTT broker {settings.endpoint} unreachable ({exc}); "
+                    f"{name}: MQTT broker {settings.endpoint} unreachable ({exc}); "
                     f"retrying in {delay:.1f} s",
                     file=sys.stderr,
                     flush=True,

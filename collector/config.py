@@ -19,6 +19,7 @@ Layout (all tables and keys optional; command-line flags override the file)::
     [collectives] dirs, map, clock_offset, label_delay
     [throttle]    xmit_wait_tick_ns
     [pfc_watchdog] enabled, interval, window, threshold, end_threshold
+    [steps]       publish, quiet, floor
 
 ``parse_config`` checks each value on its own (types, finite numbers, ranges, durations,
 URLs); what depends on several values or on the machine (the source SPEC and its ports, the
@@ -299,6 +300,13 @@ SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
         "window": _number(0.02, 60.0, " s"),  # SONiC's 400 ms
         "threshold": _ratio,  # paused share of the window that starts a storm (0.8)
         "end_threshold": _number(0.0, 0.99, ""),  # and ends it (0.2), below threshold
+    },
+    # One summary per step of the training rails on MQTT (collector.step_summaries), for the
+    # fleet consumer's stragglers and slow rails (burstscope stragglers).
+    "steps": {
+        "publish": _boolean,  # on by default when MQTT is
+        "quiet": _interval,  # silence that ends a step (30 ms), as the consumer's --quiet
+        "floor": _number(0.001, 0.5, ""),  # share of line rate that makes a sample active
     },
 }
 

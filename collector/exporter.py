@@ -235,6 +235,12 @@ HELP: dict[str, str] = {
     "(a lower peak for longer: a degraded lane). Absent while the rail is not flagged.",
     # Served by collector.throttle_live through the extra families; its HELP is kept there.
     THROTTLE_FAMILY: THROTTLE_HELP,
+    "burstscope_steps_published_total": "Step summaries of this node's training rails (per "
+    "step: onset, end, and per rail first and last bytes, bytes and peak) handed to the MQTT "
+    "publisher for burstscope/<host>/steps, which the fleet consumer (burstscope stragglers) "
+    "judges stragglers and slow rails from; a full spool's drops count in "
+    "burstscope_mqtt_dropped_messages_total. Present with [steps] publish on (the default "
+    "with --mqtt), from 0.",
 }
 
 _ERROR_COUNTERS = (
@@ -697,6 +703,13 @@ def collective_families(figures: CollectiveFigures) -> list[Metric]:
 
 def _order(state: CounterState) -> tuple[str, int, str]:
     return (state.device, state.port, state.name)
+
+
+def step_families(published: int) -> list[Metric]:
+    """The step summaries' family (BurstscopeCollector.extra_families): one per node."""
+    out = _Families()
+    out.counter("burstscope_steps_published_total", (), [], published)
+    return list(out.families.values())
 
 
 def pfc_watchdog_families(figures: WatchdogFigures) -> list[Metric]:

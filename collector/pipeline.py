@@ -49,6 +49,7 @@ from burstscope.collector.snapshot import (
     direction_view,
 )
 from burstscope.collector.sources.base import CounterSource, PortSpec, SlowSource
+from burstscope.collector.step_summaries import LiveSteps
 from burstscope.collector.supervisor import Supervisor
 from burstscope.collector.throttle_live import LiveThrottle
 from burstscope.collector.trace.schema import PortColumns
@@ -148,6 +149,9 @@ class Pipeline:
         self.rails: LiveRails[tuple[str, int]] = LiveRails(
             coarse_window_ns=self.thresholds.coarse_window_ns
         )
+        # Each step of the training rails, summarised for the fleet consumer (the agent sets
+        # it when it publishes them: collector.step_summaries).
+        self.steps: LiveSteps | None = None
         self.supervisor = Supervisor(self, lambda reason: self.on_fatal(reason))
 
     @property
@@ -285,6 +289,8 @@ class Pipeline:
         for spec, direction, bursts in closed:
             for listener in self.listeners:
                 listener(spec, direction, bursts)
+        if self.steps is not None:  # only this thread feeds it, under the drain lock
+            self.steps.close(self.jobs() if self.jobs is not None else EMPTY_TABLE)
 
     def _watch_silence(self, table: JobTable) -> None:
         """Each port's bytes and the jobs holding it, to the silence watch (one update a
@@ -403,6 +409,8 @@ class Pipeline:
             ("receive", port.rcv_bytes[piece]),
         ):
             state.latest[direction] = int(values[-1])
+            if direction == "transmit" and self.steps is not None:
+                self.steps.feed(state.spec, stamps, values, port.rebaseline[piece])
             if state.analyzers is None:
                 continue
             chunk = state.analyzers[direction].feed(stamps, values, port.rebaseline[piece])

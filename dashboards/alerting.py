@@ -350,6 +350,33 @@ ALERTS = Group(
                 """,
         ),
         Alert(
+            "BurstscopeStragglerNode",
+            expr="""
+                burstscope_straggler_score > 0.2
+                  and
+                burstscope_straggler_window_steps >= 20
+                """,
+            comment="""
+                The fleet consumer (burstscope stragglers: one per fleet, beside the broker)
+                judges every step of a job across its nodes from the agents' step summaries; a
+                node is a straggler in a step when its first bytes come later than the median
+                node's by more than the clocks and one sample can resolve. Its score is the
+                share of its last 300 judged steps in which it was one: above 0.2, over at least
+                20 of them, for 10 minutes. These series are the consumer's, not an agent's:
+                no agent job selector, so the consumer's scrape job may be called anything.
+                """,
+            duration="10m",
+            severity="warning",
+            summary="{{ $labels.node }} holds back the steps of {{ $labels.group }}",
+            description="""
+                In {{ $value | humanizePercentage }} of its last judged steps, the first bytes
+                of {{ $labels.node }} came later than the median node's of group
+                {{ $labels.group }} (a job, or the consumer's --group) by more than the clocks
+                and the sampler can resolve: a compute straggler, which every collective of
+                the job waits for. burstscope_step_lag_seconds says by how much.
+                """,
+        ),
+        Alert(
             "BurstscopePortDisappeared",
             expr="""
                 max_over_time(instance_device_port:burstscope_port_state:max_over_time5m[1h])

@@ -240,6 +240,9 @@ def _families() -> dict[str, tuple[str, list[str]]]:
     from burstscope.collector.throttle_live import throttle_families
 
     collector.extra_families.append(lambda: throttle_families({"transmit": (0, 0, 0, 0)}))
+    from burstscope.collector.exporter import step_families
+
+    collector.extra_families.append(lambda: step_families(0))
     found: dict[str, tuple[str, list[str]]] = {}
     for family in collector.collect():
         name = family.name + ("_total" if family.type == "counter" else "")

@@ -132,6 +132,8 @@ def test_every_help_family_is_declared_once(fixture_scrape: str) -> None:
         # Rails side by side once three rails of one line rate have five common 15 s windows
         # (tests/test_rails_live.py).
         "burstscope_rail",
+        # Step summaries published, with MQTT ([steps] publish; tests/test_step_summaries.py).
+        "burstscope_steps_",
     )
     absent = {name for name in set(HELP) - set(helps) if not name.startswith(conditional)}
     assert absent == {

@@ -8,7 +8,9 @@ queue: it never waits on the network. The event loop thread applies the rate pol
 derives link and job events from snapshots once a second, numbers and spools the messages,
 and delivers them. With collective labels (an agent tailing NCCL Inspector dumps), bursts
 wait for them first: each goes to the policy once the labels' delay has passed since it
-ended, tagged with the collectives it ran under (collector.collectives.live).
+ended, tagged with the collectives it ran under (collector.collectives.live). PFC storms
+and step summaries (collector.step_summaries: a few a second) bypass the rate policy and go
+to the same spool, where a full spool drops the oldest messages and counts them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from burstscope.collector.mqtt.messages import (
     port_topic,
     readings_from_snapshot,
     recording_event,
+    step_payload,
+    steps_topic,
     summary_payload,
 )
 from burstscope.collector.mqtt.policy import (
@@ -57,6 +61,7 @@ if TYPE_CHECKING:
     from burstscope.collector.pipeline import Pipeline
     from burstscope.collector.sources.base import PortSpec
     from burstscope.detectors.bursts import Bursts
+    from burstscope.detectors.stragglers import NodeStep
 
 _LOG = logging.getLogger("burstscope.mqtt")
 INTAKE_SECONDS = 0.1
@@ -151,6 +156,11 @@ class MqttHandle:
         jobs = port_tags(table, storm.device, storm.port)
         topic = port_topic(self.identity.host, storm.device, storm.port, "event")
         self._events.put((topic, pfc_storm_payload(self.identity, storm, jobs)))
+
+    def on_step(self, step: NodeStep) -> None:
+        """A step summary listener (collector.step_summaries): the node's step on its steps
+        topic, through the spool like every event; never blocks."""
+        self._events.put((steps_topic(self.identity.host), step_payload(self.identity, step)))
 
     def submit(self, device: str, port: int, direction: str, records: list[BurstRecord]) -> None:
         """Hand bursts over directly (tests, replay): same path as the listener."""

@@ -6,6 +6,8 @@ Topics (``<host>`` is the node name, each level stripped of MQTT wildcards and s
     burstscope/<host>/<device>/<port>/event   link, saturation and congestion events (QoS 1)
     burstscope/<host>/event                   agent events: recording paused and resumed,
                                               job started, changed and ended
+    burstscope/<host>/steps                   one summary per step of the node's training
+                                              rails (collector.step_summaries)
     burstscope/<host>/status                  retained: online, version, ports, start time
 
 Burst, summary and link event payloads name the jobs holding the port in ``jobs``
@@ -44,6 +46,7 @@ from burstscope.detectors.link_events import (
     Silent,
     StateChange,
 )
+from burstscope.detectors.stragglers import NodeStep, RailStep
 
 if TYPE_CHECKING:  # the type only: payloads and topics need none of the read model
     from burstscope.collector.collectives.live import CollectiveTag
@@ -81,6 +84,12 @@ def recording_event(
         "dropped_samples": dropped,
         "run": identity.run,
     }
+
+
+def steps_topic(host: str) -> str:
+    """One summary per step of the node's training rails: what the fleet consumer
+    (``burstscope stragglers``) judges stragglers and slow rails from."""
+    return f"{PREFIX}/{topic_level(host)}/steps"
 
 
 def port_topic(host: str, device: str, port: int, kind: str) -> str:
@@ -270,3 +279,104 @@ def readings_from_snapshot(snapshot: Snapshot) -> dict[tuple[str, int], PortRead
         key: PortReading(saturated_seconds=saturated.get(key, {}), **values)
         for key, values in slow.items()
     }
+
+
+# The step summary's format; a consumer refuses a version it does not know.
+STEP_VERSION = 1
+
+
+def step_payload(identity: Identity, step: NodeStep) -> dict[str, Any]:
+    """One node's step (detectors.stragglers.NodeStep) as the steps topic carries it: times
+    are the node's wall-clock ns; ``onset_latest_ns`` (the latest the first byte can have
+    left) only where it is not the onset itself."""
+    return {
+        "kind": "step",
+        "version": STEP_VERSION,
+        "host": identity.host,
+        "jobs": list(step.jobs),
+        "onset_ns": step.onset_ns,
+        **_latest(step.onset_latest_ns),
+        "end_ns": step.end_ns,
+        "interval_ns": step.interval_ns,
+        "rails": [
+            {
+                "rail": rail.rail,
+                "onset_ns": rail.onset_ns,
+                **_latest(rail.onset_latest_ns),
+                "end_ns": rail.end_ns,
+                "bytes": rail.bytes,
+                "peak": rail.peak,
+            }
+            for rail in step.rails
+        ],
+        "run": identity.run,
+    }
+
+
+def _latest(value: int | None) -> dict[str, int]:
+    return {} if value is None else {"onset_latest_ns": value}
+
+
+def _whole(payload: Mapping[str, Any], key: str, low: int = 0) -> int:
+    value = payload.get(key)
+    # bool is an int to Python, never to the format.
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{key} must be an integer >= {low}, not {value!r}")
+    return value
+
+
+def _latest_of(payload: Mapping[str, Any], onset: int, end: int) -> int | None:
+    """The optional onset_latest_ns, between the onset and the end."""
+    if "onset_latest_ns" not in payload:
+        return None
+    latest = _whole(payload, "onset_latest_ns")
+    if not onset <= latest <= end:
+        raise ValueError("onset_latest_ns is outside [onset_ns, end_ns]")
+    return latest
+
+
+def step_from_payload(payload: Any) -> NodeStep:
+    """A step summary back from its decoded JSON; ValueError (one line) names what is wrong."""
+    if not isinstance(payload, dict):
+        raise ValueError("not a JSON object")
+    if payload.get("version") != STEP_VERSION:
+        raise ValueError(f"version {payload.get('version')!r} is not {STEP_VERSION}")
+    host, jobs, rails = payload.get("host"), payload.get("jobs", []), payload.get("rails")
+    if not isinstance(host, str) or not host:
+        raise ValueError("host must be a non-empty string")
+    if not isinstance(jobs, list) or not all(isinstance(job, str) and job for job in jobs):
+        raise ValueError("jobs must be a list of job ids")
+    if not isinstance(rails, list) or not rails:
+        raise ValueError("rails must be a list of the rails active in the step")
+    onset, end = _whole(payload, "onset_ns"), _whole(payload, "end_ns")
+    if end < onset:
+        raise ValueError("end_ns is before onset_ns")
+    parts = []
+    for rail in rails:
+        if not isinstance(rail, dict) or not isinstance(rail.get("rail"), str):
+            raise ValueError("each rail must be an object naming its rail")
+        peak = rail.get("peak")
+        if isinstance(peak, bool) or not isinstance(peak, int | float) or not 0 <= peak <= 1:
+            raise ValueError(f"rail {rail['rail']!r}: peak must be in [0, 1], not {peak!r}")
+        first, last = _whole(rail, "onset_ns"), _whole(rail, "end_ns")
+        if not onset <= first <= last <= end:
+            raise ValueError(f"rail {rail['rail']!r}: its times are outside the step's")
+        parts.append(
+            RailStep(
+                rail["rail"],
+                first,
+                last,
+                _whole(rail, "bytes"),
+                float(peak),
+                _latest_of(rail, first, last),
+            )
+        )
+    return NodeStep(
+        host,
+        onset,
+        end,
+        _whole(payload, "interval_ns", 1),
+        tuple(parts),
+        tuple(jobs),
+        _latest_of(payload, onset, end),
+    )
