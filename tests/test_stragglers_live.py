@@ -166,6 +166,41 @@ def test_every_served_family_has_help() -> None:
     assert names == set(HELP)
 
 
+def test_the_simulated_jobs_straggler_through_the_agents_summaries() -> None:
+    """Four nodes of the simulated MoE job (each step waits for the last rank), gpu03 3 ms
+    late in every step: each node's LiveSteps, fed its transmit counters drain by drain as
+    the pipeline feeds them, publishes its steps; the consumer calls gpu03, and no other."""
+    import numpy as np
+
+    from burstscope.collector.jobs.model import JobTable
+    from burstscope.collector.simulation.model import TrafficModel
+    from burstscope.collector.simulation.stragglers import JobGroup, Straggler
+    from burstscope.collector.sources.base import PortSpec
+    from burstscope.collector.step_summaries import LiveSteps
+
+    group = JobGroup(NODES, (Straggler("gpu03", 3 * MS),), seed=1)
+    watch = StragglerWatch(WatchSettings(settle_ns=0))
+    stamps = MS * np.arange(1, 12_001, dtype=np.int64)  # 12 s: three iterations and a half
+    for host in NODES:
+        model = TrafficModel("moe", 1, group=group, host=host)
+        live = LiveSteps(host, MS)
+        transmit, _ = model.counters_at(stamps)
+        for drain in range(12):
+            piece = slice(drain * 1000, (drain + 1) * 1000)
+            for index, port in enumerate(model.ports):
+                spec = PortSpec(port.device, port.port, port.line_rate_bytes_per_second)
+                live.feed(spec, stamps[piece], transmit[index][piece], np.zeros(1000, bool))
+            for step in live.close(JobTable()):
+                watch.handle(*message(step), 0)
+    judged = watch.settle(20 * SECOND)
+    # The first step began before the first drain chose the rails: seen from its second
+    # second on, on every node alike.
+    assert [j.verdict.stragglers for j in judged[1:]] == [("gpu03",)] * 2
+    assert all(set(j.verdict.stragglers) <= {"gpu03"} for j in judged)
+    lags = dict(zip(judged[-1].verdict.nodes, judged[-1].verdict.lag_ns, strict=True))
+    assert 2.9 * MS <= lags["gpu03"] <= 3.1 * MS
+
+
 @pytest.mark.parametrize(
     ("args", "complaint"),
     [
