@@ -330,3 +330,4 @@ def test_four_nodes_through_a_real_broker(consumer: tuple[Consumer, str, str]) -
     assert wait_until(lambda: len(running.lines) == 5, 10), running.lines
     documents = [json.loads(line) for line in running.lines]
     assert [d["stragglers"][0]["node"] for d in documents] == ["gpu04"] * 5
+    assert {d["schema_version"] for d in documents} == {1}  # docs/report.md, JSON outputs
