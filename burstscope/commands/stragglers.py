@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from burstscope.collector.mqtt.settings import MqttSettingsError
+from burstscope.detectors.stragglers import QUIET_NS
 from burstscope.errors import UsageError
 from burstscope.mqtt_arguments import add_connection_arguments, mqtt_settings_from_args
 from burstscope.straggler_watch import (
@@ -40,7 +41,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quiet",
         metavar="DURATION",
-        help="the silence that ends a step, as the agents' [steps] quiet (default 50ms)",
+        help="the silence that ends a step, as the agents' [steps] quiet "
+        f"(default {QUIET_NS / 1e6:g}ms)",
     )
     parser.add_argument(
         "--json",
