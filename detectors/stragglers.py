@@ -173,28 +173,33 @@ class StepSplitter:
             return
         stamps = np.asarray(stamps_ns, dtype=np.int64)
         counts = np.asarray(values, dtype=np.int64)
-        before_t = np.concatenate(([state.last_ns], stamps[:-1]))
-        before_v = np.concatenate(([state.last_value or 0], counts[:-1]))
-        dt = stamps - before_t
-        moved = counts - before_v
-        valid = (dt > 0) & (moved >= 0)
+        dt = np.empty_like(stamps)
+        dt[0] = stamps[0] - state.last_ns
+        np.subtract(stamps[1:], stamps[:-1], out=dt[1:])
+        moved = np.empty_like(counts)
+        moved[0] = counts[0] - (state.last_value or 0)
+        np.subtract(counts[1:], counts[:-1], out=moved[1:])
+        # The samples that can be active (their bytes a hair under the floor or more), then
+        # the utilization of those alone: the same samples as dividing every one, at half
+        # the cost (the fleet report feeds every sample of every rail).
+        candidate = moved >= dt * (self.limits.floor * line_rate / 1e9 * (1 - 1e-9))
+        candidate &= dt > 0
         if state.last_value is None:
-            valid[0] = False
+            candidate[0] = False
         if restart is not None:
-            valid &= ~np.asarray(restart, dtype=np.bool_)
-        util = np.zeros(len(stamps), dtype=np.float64)
-        np.divide(moved * 1e9, dt * float(line_rate), out=util, where=valid)
-        active = valid & (util >= self.limits.floor)
-        if active.any():
+            candidate &= ~np.asarray(restart, dtype=np.bool_)
+        index = np.flatnonzero(candidate)
+        util = moved[index] * 1e9 / (dt[index] * float(line_rate))
+        keep = util >= self.limits.floor
+        if keep.any():
+            active, util = index[keep], util[keep]
+            ends, moved, dt = stamps[active], moved[active], dt[active]
             # The latest each sample's bytes can have begun, sent at line rate.
-            begun = stamps[active] - np.minimum(
-                dt[active], (moved[active] * 1e9 / line_rate).astype(np.int64)
-            )
-            state.begun.append(begun)
-            state.earliest.append(stamps[active] - dt[active])
-            state.stamps.append(stamps[active])
-            state.moved.append(moved[active])
-            state.util.append(np.minimum(util[active], 1.0))
+            state.begun.append(ends - np.minimum(dt, (moved * 1e9 / line_rate).astype(np.int64)))
+            state.earliest.append(ends - dt)
+            state.stamps.append(ends)
+            state.moved.append(moved)
+            state.util.append(np.minimum(util, 1.0))
         state.last_ns = int(stamps[-1])
         state.last_value = int(counts[-1])
         state.seen_ns = int(stamps[-1])
