@@ -4,7 +4,7 @@
 # openssl for test certificates, systemd for systemd-analyze, fuse3 for the fault tests'
 # counter files that fail with EIO or EINVAL, slurm-wlm and munge for the Slurm cluster that
 # runs the shipped prolog and epilog, mmdebstrap, buildah, podman and runc for the container
-# image) when they are missing and
+# image, victoria-metrics for long-term storage) when they are missing and
 # we are root. Anywhere else it says what is missing and leaves the tests to skip.
 set -euo pipefail
 need=()
@@ -25,6 +25,9 @@ command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 command -v buildah   >/dev/null 2>&1 || need+=(buildah)
 command -v podman    >/dev/null 2>&1 || need+=(podman)
 command -v runc      >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || need+=(runc)
+# victoria-metrics: the single-node server Prometheus remote-writes to
+# (tests/test_victoriametrics.py).
+command -v victoria-metrics >/dev/null 2>&1 || need+=(victoria-metrics)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "system packages missing: ${need[*]} (not root or no apt-get: integration tests will skip)" >&2
