@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from burstscope.cluster import Cluster, map_in
 from burstscope.collector.jobs.model import COMPUTE, STORAGE
-from burstscope.collector.jobs.spans import read_job_log
+from burstscope.collector.jobs.spans import JobSpan, read_job_log
 from burstscope.collector.trace import (
     PortSamples,
     SlowSeries,
@@ -55,6 +55,15 @@ from burstscope.detectors.rails import (
     verdicts,
 )
 from burstscope.detectors.scales import Windows, peak_envelope
+from burstscope.detectors.stragglers import (
+    NodeStanding,
+    NodeStep,
+    Standings,
+    StepLimits,
+    StepSplitter,
+    StepVerdict,
+    judge,
+)
 from burstscope.detectors.synchrony import Synchrony, synchrony
 from burstscope.detectors.throttle import Throttle, ThrottleLimits, classify_direction
 from burstscope.errors import UsageError
@@ -124,6 +133,9 @@ class NodeReport:
     job_warnings: tuple[str, ...] = ()  # side table lines that could not be read
     collectives: CollectiveReport | None = None  # None: no collective records for it
     rails: RailReport | None = None  # None: fewer than three rails of one kind
+    # Its steps on the training rails (detectors.stragglers), for the stragglers across
+    # nodes; () where the rails report has no rails.
+    steps: tuple[NodeStep, ...] = ()
 
     @property
     def name(self) -> str:
@@ -161,14 +173,30 @@ class NodeContrast:
 
 
 @dataclass(frozen=True, slots=True)
+class StragglerGroup:
+    """One job's steps across the fleet's nodes, judged (detectors.stragglers): per node
+    its standing over every judged step of the traces, and the steps worth reading."""
+
+    job: str | None  # the job id; None: the nodes' steps outside any job table's jobs
+    nodes: tuple[str, ...]  # the nodes with steps in the group, by name
+    judged: int  # steps judged (matched on at least min_nodes nodes)
+    resolution_ns: int | None  # the smallest lag called, the largest of its steps'; None: none
+    standings: tuple[NodeStanding, ...]  # by node name
+    flagged: tuple[StepVerdict, ...]  # the judged steps with a straggler or a slow rail
+
+
+@dataclass(frozen=True, slots=True)
 class Fleet:
-    """Many nodes' traces together: per node and fleet-wide contrast, cross-node synchrony."""
+    """Many nodes' traces together: per node and fleet-wide contrast, cross-node synchrony,
+    and the stragglers across the nodes of each job."""
 
     nodes: tuple[str, ...]
     clock_offsets_ns: tuple[int | None, ...]  # as each trace recorded it
     contrast: tuple[NodeContrast, ...]  # per node
     total: NodeContrast
     synchrony: FleetSynchrony
+    stragglers: tuple[StragglerGroup, ...] = ()  # per job, by job id; () without steps
+    straggler_limits: StepLimits = field(default_factory=StepLimits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,8 +282,10 @@ class _Port:
         work_arrays: WorkArrays,
         ledger: PortLedger | None = None,
         collectives: NodeCollectives | None = None,
+        steps: _NodeSteps | None = None,
     ) -> None:
         self.source = source
+        self.steps = steps  # the node's step splitting, fed the transmit counter
         # The labels of the collectives in flight, for a port that carries them.
         self.collectives = collectives
         # The jobs that held the port and when (None: no job did): its samples are fed in
@@ -329,6 +359,8 @@ class _Port:
                 "with increasing timestamps"
             )
         interval = self.interval_ns or nominal_interval_ns(stamps)
+        if self.steps is not None:
+            self.steps.join((self.device, self.port), rate, interval)
         self.directions = tuple(  # type: ignore[assignment]
             _Direction(
                 DirectionAnalyzer(
@@ -424,6 +456,85 @@ class _Port:
                         int(stamps[part.stop - 1]),
                         (transmit.analyzer, receive.analyzer),
                     )
+        if self.steps is not None:
+            self.steps.feed((self.device, self.port), self.line_rate or 0, stamps, xmit, marks)
+
+
+class _NodeSteps:
+    """A node's steps on its training rails (detectors.stragglers), split as the samples are
+    read: the training rails are known only at the end (the rails report picks them: the
+    ports of one line rate, three or more, that a job held for compute, or every port
+    without a job table), so the ports that can be ones are split by line rate (a port with
+    the group of its first rate), and the steps of the group the rails report picked are
+    the node's. A splitter closes its steps once every one of its rails has been fed again,
+    so it holds about one block of active samples per rail, never the trace."""
+
+    def __init__(self, host: str, compute: set[tuple[str, int]]) -> None:
+        self.host = host
+        self.compute = compute  # with a job table: the ports a job held for compute
+        self.rate_of: dict[tuple[str, int], int] = {}  # port: the rate of its group
+        self.splitters: dict[int, StepSplitter] = {}
+        self.rails: dict[int, set[str]] = {}  # rate: the rails of its splitter
+        self.fed: dict[int, set[str]] = {}  # rate: the rails fed since it last closed
+        self.steps: dict[int, list[NodeStep]] = {}
+
+    def join(self, key: tuple[str, int], rate: int, interval_ns: int) -> None:
+        if self.compute and key not in self.compute:
+            return
+        self.rate_of[key] = rate
+        if rate not in self.splitters:
+            self.splitters[rate] = StepSplitter(self.host, interval_ns)
+            self.rails[rate], self.fed[rate], self.steps[rate] = set(), set(), []
+        self.rails[rate].add(_rail_label(key))
+
+    def feed(
+        self,
+        key: tuple[str, int],
+        line_rate: int,
+        stamps: npt.NDArray[np.int64],
+        values: npt.NDArray[Any],
+        marks: npt.NDArray[np.bool_] | None,
+    ) -> None:
+        rate = self.rate_of.get(key)
+        if rate is None:
+            return
+        label = _rail_label(key)
+        splitter = self.splitters[rate]
+        splitter.feed(label, line_rate, stamps, values, marks)
+        fed = self.fed[rate]
+        fed.add(label)
+        if fed >= self.rails[rate]:
+            fed.clear()
+            self.steps[rate] += splitter.close()
+
+    def finish(self, rails: list[tuple[str, int]]) -> list[NodeStep]:
+        """The steps of the group most of ``rails`` (the training rails) are in."""
+        for rate, splitter in self.splitters.items():
+            self.steps[rate] += splitter.close(final=True)
+        rates = [self.rate_of[key] for key in rails if key in self.rate_of]
+        if not rates:
+            return []
+        return self.steps[max(set(rates), key=lambda rate: (rates.count(rate), rate))]
+
+
+def _rail_label(key: tuple[str, int]) -> str:
+    return f"{key[0]}/{key[1]}"
+
+
+def _with_jobs(
+    steps: list[NodeStep], spans: tuple[JobSpan, ...], rails: set[tuple[str, int]]
+) -> list[NodeStep]:
+    """Each step with the jobs that held its rails for compute at its onset."""
+    holding = [s for s in spans if s.role == COMPUTE and (s.device, s.port) in rails]
+    if not holding:
+        return steps
+    return [
+        dataclasses.replace(
+            step,
+            jobs=tuple(sorted({s.job.job_id for s in holding if s.holds(step.onset_ns)})),
+        )
+        for step in steps
+    ]
 
 
 class _Blocks:
@@ -507,13 +618,48 @@ def _fleet(nodes: list[NodeReport]) -> Fleet:
     if len(set(names)) < len(names):
         names = [f"{name} #{index}" for index, name in enumerate(names)]
     summaries = [[d.summary for p in node.ports for d in p.directions] for node in nodes]
+    limits = StepLimits()
     return Fleet(
         nodes=tuple(names),
         clock_offsets_ns=tuple(node.info.clock_offset_ns for node in nodes),
         contrast=tuple(NodeContrast.of(s) for s in summaries),
         total=NodeContrast.of([s for node in summaries for s in node]),
         synchrony=fleet_synchrony(names, [node.saturated for node in nodes]),
+        stragglers=_stragglers(names, nodes, limits),
+        straggler_limits=limits,
     )
+
+
+def _stragglers(
+    names: list[str], nodes: list[NodeReport], limits: StepLimits
+) -> tuple[StragglerGroup, ...]:
+    """The nodes' steps grouped by job (a step's first job; None for steps no job table
+    places, all of them one group) and judged across nodes; every judged step counts in
+    the standings, not only the last window's."""
+    by_job: dict[str | None, list[NodeStep]] = {}
+    for name, node in zip(names, nodes, strict=True):
+        for step in node.steps:
+            # The fleet's name: two traces of one host are two nodes.
+            named = step if step.host == name else dataclasses.replace(step, host=name)
+            by_job.setdefault(step.jobs[0] if step.jobs else None, []).append(named)
+    groups = []
+    for job in sorted(by_job, key=lambda job: (job is not None, job or "")):
+        steps = by_job[job]
+        verdicts = judge(steps, limits)
+        standings = Standings(window=max(1, len(verdicts)))
+        for verdict in verdicts:
+            standings.add(verdict)
+        groups.append(
+            StragglerGroup(
+                job,
+                tuple(sorted({step.host for step in steps})),
+                len(verdicts),
+                max((v.resolution_ns for v in verdicts), default=None),
+                tuple(standings.standings()),
+                tuple(v for v in verdicts if v.stragglers or v.slow_rail is not None),
+            )
+        )
+    return tuple(groups)
 
 
 def analyze_trace(path: Path, options: _Options) -> NodeReport:
@@ -528,6 +674,7 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
     compute = {(s.device, s.port) for s in held.spans if s.role == COMPUTE} if held else set()
     try:
         info = read_info(path)
+        splitting = _NodeSteps(info.host or str(path), compute)
         log = load(path, options.collectives, info.host)
         collectives = NodeCollectives(log) if log is not None else None
         for samples in read_samples(path):
@@ -545,6 +692,7 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
                     work_arrays,
                     port_ledgers.get(key),
                     collectives if labelled else None,
+                    splitting,
                 )
             found[key].add(samples)
         slow = read_slow(path)
@@ -596,7 +744,12 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
     collective_report = None
     if collectives is not None:
         collective_report = collectives.report(str(path))
-    rails = _rails(str(path), [found[key] for key in sorted(found)], compute)
+    chosen = _training_rails([found[key] for key in sorted(found)], compute)
+    rails = _rails(str(path), chosen)
+    rail_keys = [(p.device, p.port) for p, _ in chosen]
+    steps = splitting.finish(rail_keys)
+    if held is not None and held.spans:
+        steps = _with_jobs(steps, held.spans, set(rail_keys))
     return NodeReport(
         str(path),
         info,
@@ -607,15 +760,21 @@ def analyze_trace(path: Path, options: _Options) -> NodeReport:
         held.problems if held is not None else (),
         collective_report,
         rails,
+        tuple(steps),
     )
 
 
-def _rails(source: str, ports: list[_Port], compute: set[tuple[str, int]]) -> RailReport | None:
-    """The rails side by side: with a job table, the ports a job held for compute (never a
-    storage NIC); without one, every port; peers are those of one line rate."""
+def _training_rails(ports: list[_Port], compute: set[tuple[str, int]]) -> list[tuple[_Port, int]]:
+    """The node's training rails and their peer groups: with a job table, the ports a job
+    held for compute (never a storage NIC); without one, every port; peers are those of one
+    line rate, three or more of them."""
     eligible = [not compute or (p.device, p.port) in compute for p in ports]
     groups = peer_groups([p.line_rate or 0 for p in ports], eligible)
-    chosen = [(p, g) for p, g in zip(ports, groups, strict=True) if g >= 0]
+    return [(p, g) for p, g in zip(ports, groups, strict=True) if g >= 0]
+
+
+def _rails(source: str, chosen: list[tuple[_Port, int]]) -> RailReport | None:
+    """The training rails side by side, step by step."""
     if not chosen:
         return None
     bins = [[d.rails for d in p.directions or ()] for p, _ in chosen]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from burstscope.detectors.config import NS_PER_SECOND, Thresholds
 from burstscope.detectors.congestion import CongestionShare
 from burstscope.detectors.contrast import contrast
 from burstscope.detectors.rails import KIND_NAMES, RailFinding, RailLimits, RailTable
+from burstscope.detectors.stragglers import NodeStanding, StepLimits, StepVerdict
 from burstscope.detectors.throttle import CAUSES, DIRECTION_CAUSES, Throttle
 from burstscope.fitting import print_fitted
 from burstscope.report_collectives_view import collectives_json, print_collectives
@@ -28,6 +30,7 @@ from burstscope.report_model import (
     PortReport,
     RailReport,
     Report,
+    StragglerGroup,
 )
 from burstscope.wording import byte_text, partial_window, scale_label, verdict
 
@@ -141,8 +144,9 @@ def direction_json(port: PortReport, direction: DirectionReport) -> dict[str, An
 # 3 adds jobs (the trace's job table, grouped by job); 4 adds collectives (the records of
 # NCCL's Inspector and PyTorch traces joined to the samples); 5 adds each direction's
 # throttle (its saturated and long-burst seconds by cause, detectors/throttle.py); 6 adds
-# rails (each node's training rails side by side per step, and the imbalanced ones).
-SCHEMA_VERSION = 6
+# rails (each node's training rails side by side per step, and the imbalanced ones); 7
+# adds the fleet's stragglers (each job's steps across nodes, detectors/stragglers.py).
+SCHEMA_VERSION = 7
 
 
 def throttle_json(direction: str, throttle: Throttle | None) -> dict[str, Any] | None:
@@ -297,7 +301,8 @@ def _contrast_json(contrast: NodeContrast) -> dict[str, Any]:
 
 
 def fleet_json(fleet: Fleet) -> dict[str, Any]:
-    """The fleet section: per node and fleet-wide contrast, cross-node synchrony."""
+    """The fleet section: per node and fleet-wide contrast, cross-node synchrony, and the
+    stragglers across nodes."""
     sync = fleet.synchrony
     offsets = [o for o in fleet.clock_offsets_ns if o is not None]
     return {
@@ -330,6 +335,57 @@ def fleet_json(fleet: Fleet) -> dict[str, Any]:
                 for a, b, together in sync.pairs
             ],
         },
+        "stragglers": stragglers_json(fleet.stragglers, fleet.straggler_limits),
+    }
+
+
+def stragglers_json(groups: tuple[StragglerGroup, ...], limits: StepLimits) -> dict[str, Any]:
+    """Per job: each node's standing over the judged steps, and every step in which a node
+    was a straggler or a rail was slow (the text shows the first few)."""
+    return {
+        "limits": dataclasses.asdict(limits),
+        "groups": [
+            {
+                "job": group.job,
+                "nodes": list(group.nodes),
+                "steps_judged": group.judged,
+                "resolution_ns": group.resolution_ns,
+                "standings": [_standing_json(standing) for standing in group.standings],
+                "steps": [_verdict_json(verdict) for verdict in group.flagged],
+            }
+            for group in groups
+        ],
+    }
+
+
+def _quantiles_json(quantiles: tuple[int, int, int] | None) -> dict[str, int] | None:
+    if quantiles is None:
+        return None
+    return dict(zip(("p50", "p90", "max"), quantiles, strict=True))
+
+
+def _standing_json(standing: NodeStanding) -> dict[str, Any]:
+    return {
+        "node": standing.host,
+        "steps": standing.steps,
+        "straggler_steps": standing.straggler_steps,
+        "score": _round(standing.score),
+        "lag_ns": _quantiles_json(standing.lag_quantiles_ns),
+        "excess_ns": _quantiles_json(standing.excess_quantiles_ns),
+    }
+
+
+def _verdict_json(verdict: StepVerdict) -> dict[str, Any]:
+    lags = dict(zip(verdict.nodes, verdict.lag_ns, strict=True))
+    least = dict(zip(verdict.nodes, verdict.lag_at_least_ns, strict=True))
+    return {
+        "onset_ns": verdict.onset_ns,
+        "nodes": len(verdict.nodes),
+        "stragglers": [
+            {"node": host, "lag_ns": lags[host], "lag_at_least_ns": least[host]}
+            for host in verdict.stragglers
+        ],
+        "slow_rail": verdict.slow_rail,
     }
 
 
@@ -554,6 +610,123 @@ def print_table(report: Report, console: Console | None = None) -> None:
         console.print(f"[yellow]warning: {escape(printable(warning))}[/]", highlight=False)
     if report.fleet is not None:
         print_fleet(report.fleet, console)
+        print_stragglers(report.fleet.stragglers, report.fleet.straggler_limits, console)
+
+
+# Steps listed in the text; JSON lists every one.
+STEP_LINES = 10
+
+
+def print_stragglers(
+    groups: tuple[StragglerGroup, ...], limits: StepLimits, console: Console
+) -> None:
+    """Per job: each node's lags and excesses over the judged steps, then the steps with a
+    straggler or a slow rail (the first STEP_LINES)."""
+    if not groups:
+        console.print(
+            "stragglers: no steps (no node had three training rails or more of one rate)",
+            highlight=False,
+        )
+        return
+    for group in groups:
+        print_straggler_group(group, limits, console)
+    if not any(group.judged for group in groups):
+        return
+    console.print(
+        "note: lag is when a node's first bytes of a step left against the median node's, "
+        "to a sample; excess, its last bytes against the median's. A straggler lags by the "
+        "clock error and one sample or more, and its first bytes came at least the clock "
+        "error and the ranks' jitter after the median's could have; the nodes' clocks are "
+        f"taken to agree within {limits.clock_error_ns / 1000:g} us (PTP)",
+        highlight=False,
+    )
+
+
+def print_straggler_group(group: StragglerGroup, limits: StepLimits, console: Console) -> None:
+    who = "stragglers across nodes" + (
+        "" if group.job is None else f" of job {printable(group.job)}"
+    )
+    called = (
+        f" (a step is judged on {limits.min_nodes} nodes or more)"
+        if group.resolution_ns is None
+        else f"; late: a lag of {group.resolution_ns / 1e6:.2f} ms or more, "
+        f"{limits.sure_ns / 1e6:.2f} ms at least"
+    )
+    console.print(
+        f"{escape(who)}: {group.judged:,} steps judged on {len(group.nodes)} nodes{called}",
+        highlight=False,
+    )
+    if not group.judged:
+        return
+    columns = [
+        _Column("node", 0),
+        _Column("steps", 0),
+        _Column("straggler\nsteps", 0),
+        _Column("score", 0),
+        _Column("lag p50\n(ms)", 1),
+        _Column("lag p90\n(ms)", 3),
+        _Column("lag max\n(ms)", 0),
+        _Column("excess p50\n(ms)", 2),
+        _Column("excess p90\n(ms)", 4),
+        _Column("excess max\n(ms)", 1),
+    ]
+    rows = []
+    for standing in group.standings:
+        lag = standing.lag_quantiles_ns
+        excess = standing.excess_quantiles_ns or (None, None, None)
+        values = (
+            escape(printable(standing.host)),
+            f"{standing.steps:,}",
+            f"{standing.straggler_steps:,}",
+            _percent(standing.score)
+            if not standing.straggler_steps
+            else f"[bold red]{_percent(standing.score)}[/]",
+            *(_milliseconds(ns) for ns in lag),
+            *(_milliseconds(ns) for ns in excess),
+        )
+        rows.append({c.header: v for c, v in zip(columns, values, strict=True)})
+    longest = max(len(printable(standing.host)) for standing in group.standings)
+    print_fitted(
+        console,
+        "each node's lag and excess over the judged steps",
+        columns,
+        rows,
+        lambda c: {
+            "justify": "left" if c.header == "node" else "right",
+            "min_width": longest if c.header == "node" else None,
+        },
+    )
+    console.print(
+        f"steps with a straggler or a slow rail: {len(group.flagged):,} of {group.judged:,}",
+        highlight=False,
+    )
+    for step in group.flagged[:STEP_LINES]:
+        console.print(f"  {_utc(step.onset_ns)}: {_verdict_text(step)}", highlight=False)
+    if len(group.flagged) > STEP_LINES:
+        console.print(
+            f"  and {len(group.flagged) - STEP_LINES:,} more (--json lists every one)",
+            highlight=False,
+        )
+
+
+def _verdict_text(verdict: StepVerdict) -> str:
+    lags = dict(zip(verdict.nodes, verdict.lag_ns, strict=True))
+    late = ", ".join(
+        f"{escape(printable(host))} {_milliseconds(lags[host])} ms" for host in verdict.stragglers
+    )
+    rail = "-" if verdict.slow_rail is None else escape(printable(verdict.slow_rail))
+    return f"late {late or '-'}; slow rail {rail}"
+
+
+def _milliseconds(ns: int | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:+.2f}"
+
+
+def _utc(ns: int) -> str:
+    """Wall-clock nanoseconds as a UTC time to the millisecond."""
+    seconds, rest = divmod(ns, NS_PER_SECOND)
+    stamp = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return f"{stamp:%Y-%m-%d %H:%M:%S}.{rest // 1_000_000:03d} UTC"
 
 
 _LIMITS = RailLimits()

@@ -29,12 +29,14 @@ START_NS = 1_704_067_200_000_000_000  # a multiple of 15 s
 SECONDS = 4
 
 
-def write_node(path: Path, host: str, bursts: list[tuple[int, int]], ports: int = 2) -> None:
+def write_node(
+    path: Path, host: str, bursts: list[tuple[int, int]], ports: int = 2, trickle: int = 50
+) -> None:
     """``SECONDS`` of 1 ms samples: every port at line rate in each [start, stop) ms of
-    ``bursts`` and at 2% otherwise. Exact timestamps, so the saturated milliseconds are
-    exactly the burst milliseconds (a sample ending at ms m+1 covers ms m)."""
+    ``bursts`` and at 1/``trickle`` of it otherwise (2%). Exact timestamps, so the saturated
+    milliseconds are exactly the burst milliseconds (a sample ending at ms m+1 covers ms m)."""
     ticks = SECONDS * 1000 + 1
-    level = np.full(ticks, RATE // 1000 // 50, dtype=np.int64)
+    level = np.full(ticks, RATE // 1000 // trickle, dtype=np.int64)
     for start, stop in bursts:
         level[start + 1 : stop + 1] = RATE // 1000
     level[0] = 0
@@ -76,13 +78,41 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return paths
 
 
+# A job's step each second on four rails of four nodes; s2's comes 5 ms late in seconds 1
+# and 3, first bytes and last. Between steps the rails trickle at 0.5%, under the 1% of
+# line rate that makes a sample part of a step.
+LATE_MS = 5
+STRAGGLER_FLEET = {
+    host: [
+        (s * 1000 + 300 + late, s * 1000 + 340 + late)
+        for s, late in enumerate([0, LATE_MS if host == "s2" else 0] * (SECONDS // 2))
+    ]
+    for host in ("s0", "s1", "s2", "s3")
+}
+
+
+@pytest.fixture(scope="module")
+def straggler_fleet(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    root = tmp_path_factory.mktemp("stragglers")
+    paths = []
+    for host, bursts in STRAGGLER_FLEET.items():
+        path = root / host
+        path.mkdir()
+        write_node(path, host, bursts, ports=4, trickle=200)
+        paths.append(path)
+    return paths
+
+
 def report_json(paths: list[Path], cluster: Cluster | None = None) -> str:
     report = analyze_paths(paths, None, False, Thresholds(), cluster)
     return json.dumps(to_json(report), indent=2)
 
 
-def test_a_local_cluster_gives_the_same_report_and_the_ground_truth(fleet: list[Path]) -> None:
+def test_a_local_cluster_gives_the_same_report_and_the_ground_truth(
+    fleet: list[Path], straggler_fleet: list[Path]
+) -> None:
     here = report_json(fleet)
+    stragglers_here = report_json(straggler_fleet)
     with dask_cluster(2, None) as cluster:
         assert cluster is not None
         workers = cluster.client.scheduler_info()["workers"]
@@ -98,7 +128,12 @@ def test_a_local_cluster_gives_the_same_report_and_the_ground_truth(fleet: list[
         for key, value in LOCAL_QUIET.items():
             assert set(cluster.client.run(dask_config, key).values()) == {value}, key
         distributed = report_json(fleet, cluster)
+        stragglers_distributed = report_json(straggler_fleet, cluster)
     assert distributed == here
+    assert stragglers_distributed == stragglers_here
+    assert_the_straggler_is_found(json.loads(stragglers_here)["fleet"]["stragglers"])
+    # Two ports a node are no training rails: no steps, no group.
+    assert json.loads(here)["fleet"]["stragglers"]["groups"] == []
 
     sync = json.loads(here)["fleet"]["synchrony"]
     shared_ms = 40 * SECONDS
@@ -114,6 +149,37 @@ def test_a_local_cluster_gives_the_same_report_and_the_ground_truth(fleet: list[
     assert nodes["c"]["with_others_ms"] == [5, 0, shared_ms]
     assert nodes["c"]["shared_share"] == round(shared_ms / (shared_ms + 5), 6)
     assert nodes["a"]["clock_offset_ns"] == 0
+
+
+def assert_the_straggler_is_found(stragglers: dict[str, object]) -> None:
+    (group,) = stragglers["groups"]  # type: ignore[index]
+    assert group["job"] is None and group["nodes"] == ["s0", "s1", "s2", "s3"]
+    assert group["steps_judged"] == SECONDS
+    standings = {s["node"]: s for s in group["standings"]}
+    assert [standings[h]["straggler_steps"] for h in group["nodes"]] == [0, 0, SECONDS // 2, 0]
+    assert standings["s2"]["score"] == 0.5
+    assert abs(standings["s2"]["lag_ns"]["max"] - LATE_MS * MS) <= MS // 2
+    assert abs(standings["s2"]["excess_ns"]["max"] - LATE_MS * MS) <= MS // 2
+    steps = group["steps"]
+    assert [round((s["onset_ns"] - START_NS) / 1e9) for s in steps] == [1, 3]
+    assert all(s["slow_rail"] is None and s["nodes"] == 4 for s in steps)
+    assert [[late["node"] for late in s["stragglers"]] for s in steps] == [["s2"], ["s2"]]
+    assert all(abs(s["stragglers"][0]["lag_ns"] - LATE_MS * MS) <= MS // 2 for s in steps)
+
+
+def test_the_stragglers_section_names_the_late_node_and_its_steps(
+    straggler_fleet: list[Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["report", *map(str, straggler_fleet)]) == 0
+    out = capsys.readouterr().out
+    part = out[out.index("stragglers across nodes") :]
+    assert part.startswith("stragglers across nodes: 4 steps judged on 4 nodes"), part
+    row = next(line for line in part.splitlines() if line.startswith("│ s2 "))
+    cells = [cell.strip() for cell in row.strip("│").split("│")]
+    assert cells[:4] == ["s2", "4", "2", "50.0%"], row
+    assert "steps with a straggler or a slow rail: 2 of 4" in part, part
+    assert "  2024-01-01 00:00:01.30" in part and "late s2 +5.0" in part, part
 
 
 def sweep_truth(sets: list[set[int]]) -> tuple[list[int], list[list[int]]]:

@@ -29,17 +29,19 @@ def test_discover_json_has_schema_version_2() -> None:
     assert [p["device"] for p in document["not_sampled"]] == ["mlx5_3"]
 
 
-def test_report_json_has_schema_version_6(tmp_path: Path) -> None:
+def test_report_json_has_schema_version_7(tmp_path: Path) -> None:
     """3: jobs, the trace's job table grouped by job ([] for a trace without one); 4:
     collectives, the records joined to the samples ([] for a trace without records); 6:
-    rails, the node's training rails side by side (one node here)."""
+    rails, the node's training rails side by side (one node here); 7: the fleet's
+    stragglers (with two traces or more: tests/test_fleet_report.py)."""
     trace = tmp_path / "trace"
     simulated = burstscope("simulate", "--duration", "1", "-o", str(trace))
     assert simulated.returncode == 0, simulated.stderr
     result = burstscope("report", str(trace), "--json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert document["schema_version"] == 6 and document["jobs"] == []
+    assert document["schema_version"] == 7 and document["jobs"] == []
+    assert "fleet" not in document
     assert document["collectives"] == []
     assert [len(node["rails"]) for node in document["rails"]] == [8]
 

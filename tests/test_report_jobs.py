@@ -49,7 +49,7 @@ def test_jobs_json_matches_golden(capsys: pytest.CaptureFixture[str], update_gol
     assert status == 0, err
     compare_golden(REPO / FIXTURES / "jobs.golden.json", out, update_golden)
     document = json.loads(out)
-    assert document["schema_version"] == 6
+    assert document["schema_version"] == 7
     jobs = {job["job_id"]: job for job in document["jobs"]}
     alice, bob = jobs["4242"], jobs["4243"]
     # mlx5_0 for 30 s and mlx5_1 until 15 s: 30 + 15 bursts of 40 ms, all in quiet windows.
