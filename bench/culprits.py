@@ -13,8 +13,11 @@ Detectors: silence under a job and links below their peers (detectors.silence); 
 imbalance inside a node (detectors.rails: a slow rail and a light rail, 1 ms samples); the
 PFC storm watchdog (detectors.pfc_watchdog: storms of 0.5 to 5 s in the pause counters read
 at 10 Hz); why saturated seconds were throttled (detectors.throttle, per second: PFC, ECN/CNP
-and credit-wait episodes of 0.5 to 5 s; about 3 s of wall time per node). ``--detectors``
-runs a subset.
+and credit-wait episodes of 0.5 to 5 s; about 3 s of wall time per node); stragglers
+across the nodes of one job (detectors.stragglers: a node 2 to 20 ms late in known steps,
+per host and step) and a slow rail across them (a group rail fault at 0.5 to 0.8 of its
+rate, per step), both on the job's nodes sampled as ``simulate --job-hosts`` samples them
+(about 7 s of wall time per node-hour). ``--detectors`` runs a subset.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from burstscope.collector.simulation.profiles import LIGHT_RAIL, SLOW_RAIL, RailFault
+from burstscope.collector.simulation.stragglers import JobGroup
+from burstscope.detectors.stragglers import MIN_NODES
 from burstscope.detectors.throttle import CLEAN
 from burstscope.testing import scoring
 from burstscope.testing.faults_pfc import false_alarms as pfc_false_alarms
@@ -44,9 +49,26 @@ from burstscope.testing.faults_silence import (
     score_below_peers,
     score_silence,
 )
+from burstscope.testing.faults_stragglers import (
+    SimulatedFleet,
+    hosts,
+    injected_group,
+    score_slow_rails,
+    score_stragglers,
+    simulate_fleet,
+    slow_rail_group,
+)
 from burstscope.testing.faults_throttle import score_node
 
-DETECTORS = ("silence_under_job", "below_peers", "rails", "pfc_storms", "throttle")
+DETECTORS = (
+    "silence_under_job",
+    "below_peers",
+    "rails",
+    "pfc_storms",
+    "throttle",
+    "stragglers",
+    "slow_rail_across_nodes",
+)
 TARGET_PRECISION = 0.95
 TARGET_RECALL = 0.95
 MAX_FALSE_ALARMS = 1
@@ -192,6 +214,68 @@ def throttle(nodes: int, seed: int) -> dict[str, Any]:
     )
 
 
+STRAGGLER_INJECTED_S = 900  # the injected job's run: about 270 steps, 400 late (host, step)
+
+
+def stragglers(nodes: int, clean: SimulatedFleet, seed: int) -> dict[str, Any]:
+    """The job's nodes clean (its false alarms: any straggler named), then for
+    STRAGGLER_INJECTED_S with a straggler on every fourth node, 2, 3, 5, 10 or 20 ms late in
+    every 3rd to 5th step (faults_stragglers.injected_group); per (host, step)."""
+    seconds = min(STRAGGLER_INJECTED_S, clean.seconds)
+    score = score_stragglers(simulate_fleet(injected_group(nodes, seed), seconds))
+    smallest = score.smallest_found_ns
+    return _verdict(
+        score.found,
+        score.injected,
+        score.false_alarms,
+        score_stragglers(clean).false_alarms,
+        {
+            "smallest_delay_found_ms": None if smallest is None else smallest / 1e6,
+            "found_of_injected_by_delay_ms": {
+                f"{delay / 1e6:g}": [
+                    score.delays_found_ns.count(delay),
+                    score.delays_injected_ns.count(delay),
+                ]
+                for delay in sorted(set(score.delays_injected_ns))
+            },
+            "injected_simulated_seconds": seconds,
+            "steps_judged_clean": score_stragglers(clean).judged,
+            "steps_judged_injected": score.judged,
+        },
+    )
+
+
+SLOW_RAIL_S = 240  # each injected run: the rail slowed from second 30-90 on
+
+
+def slow_rail_across_nodes(nodes: int, clean: SimulatedFleet, seed: int) -> dict[str, Any]:
+    """The same clean job (its false alarms: any step naming a slow rail), then one run per
+    fraction of RAIL_FRACTIONS with one training rail at that fraction of its rate on every
+    node from a seeded second (a slow link paces its ring); per step."""
+    rng = np.random.default_rng(seed)
+    found = injected = false_alarms = 0
+    mildest = None
+    for fraction in RAIL_FRACTIONS:
+        rail = int(rng.integers(0, RAILS))
+        group = slow_rail_group(nodes, seed, rail, fraction, int(rng.integers(30, 90)))
+        score = score_slow_rails(simulate_fleet(group, SLOW_RAIL_S))
+        found, injected = found + score.found, injected + score.injected
+        false_alarms += score.false_alarms
+        if score.fractions_found:
+            mildest = max(mildest or 0.0, *score.fractions_found)
+    return _verdict(
+        found,
+        injected,
+        false_alarms,
+        score_slow_rails(clean).false_alarms,
+        {
+            "mildest_slowdown_found": mildest,
+            "injected_simulated_seconds": SLOW_RAIL_S * len(RAIL_FRACTIONS),
+            "steps_judged_clean": score_stragglers(clean).judged,
+        },
+    )
+
+
 def _verdict(
     found: int, injected: int, false_alarms: int, clean: int, extra: dict[str, Any]
 ) -> dict[str, Any]:
@@ -228,16 +312,29 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--detectors: unknown {', '.join(unknown) or 'none given'}")
     if args.nodes < 2:
         parser.error("--nodes must be at least 2")
+    across = {"stragglers", "slow_rail_across_nodes"} & set(chosen)
+    if across and args.nodes < MIN_NODES:
+        parser.error(f"--nodes must be at least {MIN_NODES} for {', '.join(sorted(across))}")
     seconds = int(args.hours * 3600)
     if seconds < SILENCE_S + 180:
         parser.error(f"--hours must leave room for a {SILENCE_S} s silence: at least 0.22")
     started = time.monotonic()
+    clean_job: list[SimulatedFleet] = []
+
+    def clean() -> SimulatedFleet:
+        """The clean job, simulated once for both detectors across nodes."""
+        if not clean_job:
+            clean_job.append(simulate_fleet(JobGroup(hosts(args.nodes), (), args.seed), seconds))
+        return clean_job[0]
+
     run = {
         "silence_under_job": lambda: silence(args.nodes, seconds, args.seed),
         "below_peers": lambda: below_peers(args.nodes, args.seed),
         "rails": lambda: rails(args.nodes, seconds, args.seed),
         "pfc_storms": lambda: pfc_storms(args.nodes, seconds, args.seed),
         "throttle": lambda: throttle(args.nodes, args.seed),
+        "stragglers": lambda: stragglers(args.nodes, clean(), args.seed),
+        "slow_rail_across_nodes": lambda: slow_rail_across_nodes(args.nodes, clean(), args.seed),
     }
     detectors = {name: run[name]() for name in DETECTORS if name in chosen}
     result = {

@@ -38,7 +38,8 @@ def test_a_small_fleet_prints_one_line_with_every_detectors_scores() -> None:
     [
         (["--nodes", "1"], "--nodes"),
         (["--hours", "0.1"], "--hours"),
-        (["--detectors", "silence_under_job,stragglers"], "--detectors"),
+        (["--detectors", "silence_under_job,nonsense"], "--detectors"),
+        (["--nodes", "2", "--detectors", "stragglers"], "--nodes"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(args: list[str], named: str) -> None:
