@@ -5,7 +5,13 @@ an hour through the same functions."""
 from __future__ import annotations
 
 from burstscope.collector.simulation.stragglers import JobGroup, Straggler
-from burstscope.testing.faults_stragglers import hosts, score_stragglers, simulate_fleet
+from burstscope.testing.faults_stragglers import (
+    hosts,
+    score_slow_rails,
+    score_stragglers,
+    simulate_fleet,
+    slow_rail_group,
+)
 
 MS = 1_000_000
 SECONDS = 20  # six steps of the MoE job
@@ -32,3 +38,12 @@ def test_a_clean_job_has_no_straggler() -> None:
     score = score_stragglers(fleet)
     assert score.judged == score.iterations == 6, score
     assert score.false_alarms == 0 and score.injected == 0, score
+
+
+def test_a_rail_slowed_on_every_node_is_the_steps_slow_rail_and_none_before() -> None:
+    # Rail 5 at 0.8 of its rate from the fourth step (10 s) on: the mildest fault the
+    # benchmark injects; before it, every step of the same job is clean.
+    fleet = simulate_fleet(slow_rail_group(4, 3, 5, 0.8, 10.0), SECONDS)
+    score = score_slow_rails(fleet)
+    assert score.injected >= 2 and score.found == score.injected, score
+    assert score.false_alarms == 0 and score.fractions_found == (0.8,), score
