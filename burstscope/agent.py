@@ -249,6 +249,13 @@ def startup_notes(settings: AgentSettings) -> list[str]:
             )
     for kept in settings.source.unsampled:
         notes.append(f"{kept.device} port {kept.port}: not sampled: {kept.reason}")
+    interval = settings.sampler.interval_ns
+    steps = settings.steps
+    if settings.mqtt is not None and not steps.publish and not steps.fits(interval):
+        notes.append(
+            f"step summaries not published: [steps] quiet {steps.quiet_ns / 1e6:g} ms "
+            f"is not more than two sampling intervals ({interval / 1e6:g} ms each)"
+        )
     return notes
 
 

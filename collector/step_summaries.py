@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -54,12 +54,19 @@ class StepSettings:
     def limits(self) -> StepLimits:
         return StepLimits(quiet_ns=self.quiet_ns, floor=self.floor)
 
+    def fits(self, interval_ns: int) -> bool:
+        """Whether steps can be cut at this sampling interval: a silence of ``quiet`` must
+        be more than two samples, or one missed sample would end a step."""
+        return self.quiet_ns > 2 * interval_ns
+
 
 def step_settings(
     config_get: Callable[[str, str, Any], Any], mqtt: bool, interval_ns: int
 ) -> StepSettings:
-    """The file's ``[steps]`` over defaults: published by default when MQTT is on (``mqtt``);
-    ValueError (one line) for a combination that cannot work."""
+    """The file's ``[steps]`` over defaults: published by default when MQTT is on (``mqtt``)
+    and the sampling interval is fine enough for ``quiet`` (a coarser one leaves them off:
+    ``StepSettings.fits``); ValueError (one line) for a combination asked for that cannot
+    work."""
     publish = config_get("steps", "publish", None)
     if publish and not mqtt:
         raise ValueError("steps.publish needs MQTT (--mqtt or [mqtt] url) to publish to")
@@ -68,12 +75,14 @@ def step_settings(
         config_get("steps", "quiet", QUIET_NS),
         config_get("steps", "floor", FLOOR),
     )
-    if settings.quiet_ns <= 2 * interval_ns:
-        raise ValueError(
-            f"steps.quiet {settings.quiet_ns / 1e6:g} ms must be more than two sampling "
-            f"intervals ({interval_ns / 1e6:g} ms each): one missed sample would end a step"
-        )
-    return settings
+    if not settings.publish or settings.fits(interval_ns):
+        return settings
+    if publish is None and config_get("steps", "quiet", None) is None:
+        return replace(settings, publish=False)  # the agent says why at start
+    raise ValueError(
+        f"steps.quiet {settings.quiet_ns / 1e6:g} ms must be more than two sampling "
+        f"intervals ({interval_ns / 1e6:g} ms each): one missed sample would end a step"
+    )
 
 
 def rail_label(device: str, port: int) -> str:

@@ -42,6 +42,7 @@ from burstscope.detectors.stragglers import NodeStep, RailStep, StepLimits
 
 RATE = 50_000_000_000  # 400 Gb/s in bytes per second
 MS = 1_000_000
+SECOND = 1_000 * MS
 RAILS = [PortSpec(f"mlx5_{index}", 1, RATE) for index in range(8)]
 STORAGE_PORT = PortSpec("mlx5_8", 1, RATE // 2)
 
@@ -235,6 +236,13 @@ def test_steps_publish_with_mqtt_by_default_and_need_it() -> None:
         step_settings(get({"publish": True}), False, MS)
     with pytest.raises(ValueError, match="must be more than two sampling intervals"):
         step_settings(get({"quiet": 2 * MS}), True, MS)
+    # At an interval too coarse for the default quiet, steps are off unless asked for.
+    coarse = 2 * SECOND
+    assert not step_settings(get({}), True, coarse).publish
+    assert not step_settings(get({}), False, coarse).publish
+    for asked in ({"publish": True}, {"quiet": 50 * MS}):
+        with pytest.raises(ValueError, match="must be more than two sampling intervals"):
+            step_settings(get(asked), True, coarse)
 
 
 def test_the_agent_refuses_steps_without_mqtt_in_one_line(tmp_path: Path) -> None:
