@@ -48,11 +48,11 @@ def summary(
     start: int = EPOCH,
 ) -> NodeStep:
     """One node's step ``step`` of a job: 200 ms of traffic on four rails, the onset of
-    every rail ``late_ms`` late; ``slow_rail`` ends 5 ms after the others."""
+    every rail ``late_ms`` late; ``slow_rail`` ends 10 ms after the others."""
     onset = start + step * PERIOD + round(late_ms * MS) + 20_000 * NODES.index(host)
     end = onset + 200 * MS
     rails = tuple(
-        RailStep(rail, onset, end + (5 * MS if rail == slow_rail else 0), 10**9, 1.0)
+        RailStep(rail, onset, end + (10 * MS if rail == slow_rail else 0), 10**9, 1.0)
         for rail in RAILS
     )
     return NodeStep(host, onset, max(r.end_ns for r in rails), MS, rails, jobs)
