@@ -81,7 +81,8 @@ HELP: dict[str, str] = {
     "burstscope_judged_steps_total": "Steps of the group judged across its nodes (three or "
     "more), since the consumer started. Absent until the group's first judged step.",
     "burstscope_slow_rail_steps_total": "Judged steps whose slow rail was this one: the rail "
-    "whose transfers ended last, by at least the resolution, on more than half the nodes. "
+    "whose transfers ended last, clearly after its node's other rails (detectors/stragglers.py: "
+    "5 ms), on more than half the nodes. "
     "Absent until the rail is called.",
     "burstscope_step_messages_total": "Step summaries received from the agents, well formed.",
     "burstscope_step_messages_malformed_total": "Messages on burstscope/+/steps that are not "
