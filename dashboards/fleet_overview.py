@@ -394,9 +394,15 @@ def _culprit_count(title: str, description: str, expr: str) -> Json:
     )
 
 
+# The fleet consumer's series (burstscope stragglers: one per fleet, its own scrape job,
+# burstscope/straggler_watch.py): the cluster only, never the agents' job variable.
+CONSUMER = '%(clusterLabel)s=~"$cluster"'
+
+
 def fleet_culprits_row() -> list[Json]:
     """What holds a job back, from the agents' own judgements: silent ports under a job,
-    links slower than their peers, PFC storms, and why saturated seconds were throttled."""
+    links slower than their peers, PFC storms, why saturated seconds were throttled, and
+    the nodes that hold their job's steps back (the fleet consumer's)."""
     return [
         row("Culprits"),
         _culprit_count(
@@ -430,6 +436,50 @@ def fleet_culprits_row() -> list[Json]:
                 target(
                     "sum by (cause) (" + rate_of("burstscope_throttled_seconds_total", NODES) + ")",
                     "{{cause}}",
+                )
+            ],
+            "short",
+            (6, 5),
+            interval=FLEET_MIN_INTERVAL,
+        ),
+        _culprit_count(
+            "Straggling nodes",
+            "Nodes that were stragglers in more than 20% of their last judged steps (at "
+            "least 20): their first bytes of a step came later than their job's median node's "
+            "by more than the clocks and one sample resolve (alert BurstscopeStragglerNode; "
+            "docs/culprits.md). From the fleet consumer, burstscope stragglers: 0 here also "
+            "when it is not scraped.",
+            f"count(burstscope_straggler_score{{{CONSUMER}}} > 0.2"
+            f" and burstscope_straggler_window_steps{{{CONSUMER}}} >= 20)",
+        ),
+        panel(
+            "timeseries",
+            "Straggler score, highest nodes",
+            "The five nodes with the highest share of their last judged steps (at most 300) "
+            "in which they were stragglers, per job (group); burstscope_step_lag_seconds "
+            "says by how much. From the fleet consumer, burstscope stragglers.",
+            [
+                target(
+                    f"topk(5, burstscope_straggler_score{{{CONSUMER}}})",
+                    "{{node}} ({{group}})",
+                )
+            ],
+            "percentunit",
+            (6, 5),
+            interval=FLEET_MIN_INTERVAL,
+        ),
+        panel(
+            "timeseries",
+            "Slow rails across nodes",
+            "Steps per second whose slow rail was this one: the rail ending 5 ms or more "
+            "after its node's other rails on more than half the job's nodes (a slow link "
+            "paces every rank of its ring). From the fleet consumer.",
+            [
+                target(
+                    "sum by (group, rail) ("
+                    + rate_of("burstscope_slow_rail_steps_total", CONSUMER)
+                    + ")",
+                    "{{rail}} ({{group}})",
                 )
             ],
             "short",

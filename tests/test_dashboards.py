@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from burstscope.collector.exporter import HELP
+from burstscope.straggler_watch import HELP as CONSUMER_HELP
 from dashboards.generate import DASHBOARDS as DASHBOARD_MODULES
 from dashboards.generate import render
 from dashboards.rules import RecordingRules, recorded_names
@@ -48,6 +49,7 @@ def known_metrics() -> set[str]:
     for name in HELP:
         known.update({name, f"{name}_bucket", f"{name}_count", f"{name}_sum"})
     known.update(recorded_names(DASHBOARDS / "prometheus" / "recording.rules.yml"))
+    known.update(CONSUMER_HELP)  # the fleet consumer's (burstscope stragglers)
     return known
 
 
@@ -109,6 +111,10 @@ def test_every_query_selects_the_cluster_and_job_variables(name: str) -> None:
         for metric, selector in re.findall(r"\b([a-z_:]+)\{([^}]*)\}", expr):
             if metric.startswith("global:"):
                 continue  # vector(0.05): no labels at all
+            if metric in CONSUMER_HELP:
+                # The fleet consumer's: its own scrape job, never one of the agents'.
+                assert selector == 'cluster=~"$cluster"', (metric, expr)
+                continue
             assert 'cluster=~"$cluster", job=~"$job"' in selector, (metric, expr)
         for metric in re.findall(r"\b([a-z_:]+)\b(?![{(])", expr):
             assert metric not in known_metrics() or metric.startswith("global:"), (metric, expr)

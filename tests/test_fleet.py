@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from burstscope.straggler_watch import HELP as STRAGGLER_CONSUMER_HELP
 from burstscope.testing.processes import free_port, wait_for, wait_until
 from burstscope.testing.simulated_fleet import (
     Fleet,
@@ -33,6 +34,7 @@ NODES = 50
 # Families the sim source does not produce: PFC counters (ethtool on a real netdev) and
 # the link error PortCounters and link_downed (tests/test_prometheus_integration.py covers
 # them on an emulated sysfs tree).
+STRAGGLER_CONSUMER = tuple(STRAGGLER_CONSUMER_HELP)
 NOT_SIMULATED = (
     "burstscope_port_pfc_pause_frames_total",
     "burstscope_port_errors_total",
@@ -40,6 +42,9 @@ NOT_SIMULATED = (
     # Settled 3 s behind the samples: not yet in the fleet's 5 s capture of a sim agent
     # (tests/test_operator_labels.py shows the panel's data from a longer-running agent).
     "burstscope_throttled_seconds_total",
+    # The fleet consumer's (burstscope stragglers), not an agent's: tests/test_stragglers_live.py
+    # shows their panels' data from a consumer a real Prometheus scrapes.
+    *STRAGGLER_CONSUMER,
 )
 
 
@@ -107,7 +112,7 @@ def test_every_panel_query_returns_data(fleet_and_prometheus: tuple[Fleet, Prome
 
     wait_until(every_panel_answers, 60)
     assert problems == []
-    assert len(exempt) <= 4
+    assert len(exempt) <= 6
 
 
 def test_agent_down_fires_for_a_stopped_node_only(

@@ -331,3 +331,80 @@ def test_four_nodes_through_a_real_broker(consumer: tuple[Consumer, str, str]) -
     documents = [json.loads(line) for line in running.lines]
     assert [d["stragglers"][0]["node"] for d in documents] == ["gpu04"] * 5
     assert {d["schema_version"] for d in documents} == {1}  # docs/report.md, JSON outputs
+
+
+CONSUMER_METRICS = tuple(HELP)
+
+
+@pytest.mark.integration
+def test_the_fleet_dashboards_straggler_panels_read_the_consumer_in_prometheus(
+    consumer: tuple[Consumer, str, str], tmp_path: Path
+) -> None:
+    """The fleet overview's panels on the consumer's series, as a real Prometheus scrapes
+    it under a job of its own: 21 steps of four nodes, gpu04 6 ms late in each and rail
+    mlx5_2/1 ending 10 ms late on every node; the panels show one straggling node, gpu04
+    first by score, and the slow rail (tests/test_fleet.py and test_operator_labels.py run
+    the rest of the dashboard on agents alone, where these panels are empty)."""
+    import paho.mqtt.publish
+
+    from burstscope.testing import simulated_fleet
+    from tests.conftest import require_binary
+
+    binary = require_binary("prometheus")
+    _, url, metrics = consumer
+    start = time.time_ns() - 120 * SECOND
+    bodies = [
+        message(summary(host, step, 6.0 if host == "gpu04" else 0.0, start=start,
+                        slow_rail="mlx5_2/1"))
+        for step in range(21)
+        for host in NODES
+    ]  # fmt: skip
+    paho.mqtt.publish.multiple(
+        [{"topic": topic, "payload": body, "qos": 1} for topic, body in bodies],
+        hostname="127.0.0.1",
+        port=int(url.rsplit(":", 1)[1]),
+    )
+    assert wait_until(
+        lambda: 'burstscope_judged_steps_total{group="4242"} 21.0' in fetch(metrics), 30
+    ), fetch(metrics)
+    config = tmp_path / "prometheus.yml"
+    target = metrics.removeprefix("http://").removesuffix("/metrics")
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
+        "scrape_configs:\n  - job_name: burstscope-stragglers\n"
+        f"    static_configs:\n      - targets: [{json.dumps(target)}]\n"
+    )
+    panels = [
+        t
+        for t in simulated_fleet.dashboard_targets()
+        if t.dashboard == "fleet-overview" and any(name in t.expr for name in CONSUMER_METRICS)
+    ]
+    assert sorted(t.title for t in panels) == [
+        "Slow rails across nodes [A]",
+        "Straggler score, highest nodes [A]",
+        "Straggling nodes [A]",
+    ]
+    with simulated_fleet.running_prometheus(
+        binary, config, tmp_path / "data", free_port()
+    ) as server:
+        answers: dict[str, list[dict[str, object]]] = {}
+
+        def every_panel_answers() -> bool:
+            for panel in panels:
+                query = simulated_fleet.substitute(panel.expr, "", 1, 1)
+                answers[panel.title] = server.get("/api/v1/query", query=query)["data"]["result"]
+            return (
+                all(answers.values())
+                and float(
+                    answers["Straggling nodes [A]"][0]["value"][1]  # type: ignore[index]
+                )
+                == 1.0
+            )
+
+        assert wait_until(every_panel_answers, 30), answers
+    scores = answers["Straggler score, highest nodes [A]"]
+    best = max(scores, key=lambda s: float(s["value"][1]))  # type: ignore[index]
+    assert best["metric"]["node"] == "gpu04"  # type: ignore[index]
+    assert len(scores) == len(NODES)  # the top five of four
+    rails = answers["Slow rails across nodes [A]"]
+    assert [r["metric"] for r in rails] == [{"group": "4242", "rail": "mlx5_2/1"}]
