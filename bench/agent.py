@@ -15,7 +15,11 @@
    (``--nccl-inspector-dir``) that a thread of this benchmark writes at 1,000 verbose records
    a second (burstscope.testing.inspector_dumps: EP and DP collectives covering all of the
    time, a dump every 0.1 s), (b) ``--source sim`` and (b') ``--source sim --pfc-watchdog``
-   (the PFC storm watchdog polling the simulated node's 18 pause counters at 10 Hz). For
+   (the PFC storm watchdog polling the simulated node's 18 pause counters at 10 Hz), and
+   where Debian's ``mosquitto`` is installed (c) ``--source sim --mqtt URL`` with
+   ``[steps] publish = false`` and (c') the same publishing a summary of every step of the
+   simulated job's training rails (collector.step_summaries: the splitter fed every
+   transmit sample, a message per step) to a broker started here. For
    each: the time from exec to
    ``/metrics`` answering with the sampler ticking (``ready_seconds``); then, after a settle,
    a ``--duration`` window with a Prometheus-like scrape every 15 s, over which the CPU time
@@ -48,7 +52,8 @@ of the main processes of (a') and (a), where attribution runs (the sampler's own
 by a third between runs; the raw ratio of the trees is printed too); and the same for the
 collective labels, (a'') against (a), at the records rate the writer reached; and the same
 for the PFC watchdog, (b') against (b), judged as the points of a core it adds to the main
-process (``pfc_watchdog_main_cpu_delta_percent`` <= 1). The
+process (``pfc_watchdog_main_cpu_delta_percent`` <= 1); and the same for the step
+summaries, (c') against (c) (``steps_main_cpu_delta_percent`` <= 1). The
 ``loadavg`` before and after says how shared the machine was.
 """
 
@@ -81,6 +86,7 @@ from burstscope.testing.slurm_jobs import end_job, start_job
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.mqtt import find_mosquitto, start_broker  # noqa: E402
 from bench.sampler import (  # noqa: E402
     Configuration,
     CpuClock,
@@ -110,6 +116,9 @@ TARGETS = {
     # The PFC watchdog at 10 Hz on the simulated node (18 pause counters) against without
     # it: points of a core added to the main process, where its thread runs.
     "pfc_watchdog_main_cpu_delta_percent": 1.0,
+    # Step summaries published (the splitter on every transmit sample of the training rails,
+    # a message per step) against MQTT without them: points of a core in the main process.
+    "steps_main_cpu_delta_percent": 1.0,
 }
 ETHTOOL_READS = 2000
 COLLECTIVE_RECORDS_PER_SECOND = 1000.0
@@ -321,6 +330,8 @@ def run_agent(args: list[str], duration: float, scratch: Path, name: str) -> dic
             time.sleep(0.25)
             result["latencies"].append(scrape(url)[0])
         main_used = tree.cpu()["main"] - main_before
+        published = metric(scrape(url)[1], "burstscope_steps_published_total")
+        result["steps_published"] = None if published is None else int(published)
         idle_rate = result["main_cpu_percent"] / 100
         result["scrape_cpu_ms"] = round(
             max(0.0, main_used - idle_rate * (time.monotonic() - began)) / LATENCY_SCRAPES * 1e3,
@@ -482,6 +493,12 @@ def verdicts(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
         result["pfc_watchdog_main_cpu_delta_percent"],
         TARGETS["pfc_watchdog_main_cpu_delta_percent"],
     )
+    if result.get("sim_mqtt") is not None:
+        judge(
+            "steps_main_cpu_delta_percent",
+            result["steps_main_cpu_delta_percent"],
+            TARGETS["steps_main_cpu_delta_percent"],
+        )
     return out
 
 
@@ -529,6 +546,14 @@ def summary(result: dict[str, Any]) -> str:
         f"{result['pfc_watchdog_whole_tree_ratio_raw']}x); ETHTOOL_GSTATS "
         f"{result['ethtool_gstats']}"
     )
+    if result.get("sim_mqtt") is not None:
+        lines.append(
+            f"step summaries on MQTT (sim), {result['steps_published']} published: main "
+            f"process +{result['steps_main_cpu_delta_percent']} points, whole agent "
+            f"{result['steps_cpu_ratio']}x"
+        )
+    else:
+        lines.append(f"step summaries: not measured ({result.get('steps_skipped')})")
     for name, verdict in result["targets"].items():
         mark = "met" if verdict["met"] else "MISSED"
         lines.append(f"  {name:34} {verdict['value']!s:>10} <= {verdict['target']!s:8} {mark}")
@@ -559,6 +584,38 @@ def churning_jobs(directory: Path) -> Iterator[None]:
     finally:
         stop.set()
         thread.join()
+
+
+def run_steps(duration: float, scratch: Path) -> dict[str, Any]:
+    """(c) and (c'): the simulated node publishing to a local broker without and with its
+    step summaries; both None where mosquitto is not installed."""
+    binary = find_mosquitto()
+    if binary is None:
+        return {"sim_mqtt": None, "sim_mqtt_steps": None, "steps_skipped": "no mosquitto"}
+    directory = scratch / "broker"
+    directory.mkdir()
+    broker, port = start_broker(directory, binary)
+    try:
+        quiet = scratch / "no-steps.toml"
+        quiet.write_text("[steps]\npublish = false\n")
+        url = f"mqtt://127.0.0.1:{port}"
+        out: dict[str, Any] = {
+            "sim_mqtt": run_agent(
+                ["--source", "sim", "--mqtt", url, "--config", str(quiet)],
+                duration,
+                scratch,
+                "sim-mqtt",
+            ),
+            "sim_mqtt_steps": run_agent(
+                ["--source", "sim", "--mqtt", url], duration, scratch, "sim-mqtt-steps"
+            ),
+        }
+    finally:
+        broker.terminate()
+        broker.wait(10)
+    published = out["sim_mqtt_steps"].get("steps_published")
+    out["steps_published"] = published
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -622,6 +679,7 @@ def main(argv: list[str] | None = None) -> int:
             result["sim_pfc_watchdog"] = run_agent(
                 ["--source", "sim", "--pfc-watchdog"], args.duration, scratch, "sim-pfc-watchdog"
             )
+            result.update(run_steps(args.duration, scratch))
             reference += run_reference(binary, config, cpu, half, clock, files)
             result["node_exporter"] = (
                 None if args.no_node_exporter else run_node_exporter(tree, args.duration, scratch)
@@ -671,6 +729,13 @@ def main(argv: list[str] | None = None) -> int:
     result["pfc_watchdog_whole_tree_ratio_raw"] = round(
         result["sim_pfc_watchdog"]["cpu_percent"] / result["sim"]["cpu_percent"], 3
     )
+    if result.get("sim_mqtt") is not None:
+        # The splitter runs in the main process's drain, the publishing in its MQTT thread.
+        steps_main = (
+            result["sim_mqtt_steps"]["main_cpu_percent"] - result["sim_mqtt"]["main_cpu_percent"]
+        )
+        result["steps_main_cpu_delta_percent"] = round(steps_main, 3)
+        result["steps_cpu_ratio"] = round(1 + steps_main / result["sim_mqtt"]["cpu_percent"], 3)
     result["duration_s"] = args.duration
     result["cpu_clock"] = "stat"
     result["loadavg_after"] = loadavg()
