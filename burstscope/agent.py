@@ -33,7 +33,9 @@ from burstscope.collective_labels import (
 from burstscope.collector.config import AgentConfig, ConfigError, load_config, spin_problem
 from burstscope.collector.discovery import DEFAULT_SYSFS_ROOT
 from burstscope.collector.exporter import (
+    FULL,
     PEAK_WINDOWS,
+    PROFILES,
     BurstscopeCollector,
     pfc_watchdog_families,
     step_families,
@@ -107,6 +109,8 @@ class AgentSettings:
     xmit_wait_tick_ns: float | None = None
     # [steps]: one summary per step of the training rails on MQTT (collector.step_summaries)
     steps: StepSettings = field(default_factory=StepSettings)
+    # [metrics] profile, --metrics-profile: what /metrics serves (collector.exporter.PROFILES)
+    metrics_profile: str = FULL
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
@@ -169,6 +173,9 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         steps = step_settings(config.get, mqtt is not None, interval)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    profile = pick("metrics_profile", "metrics", "profile", FULL)
+    if profile not in PROFILES:
+        raise UsageError(f"--metrics-profile must be one of {', '.join(PROFILES)}, not {profile!r}")
     return AgentSettings(
         source=source,
         sampler=SamplerConfig(
@@ -197,6 +204,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         pfc_watchdog=_pfc_watchdog_settings(config, args),
         xmit_wait_tick_ns=config.get("throttle", "xmit_wait_tick_ns", None),
         steps=steps,
+        metrics_profile=profile,
     )
 
 
@@ -332,7 +340,9 @@ class Agent:
             drain_seconds,
         )
         self.registry = CollectorRegistry(auto_describe=False)
-        self.collector = BurstscopeCollector(self.pipeline.snapshot, __version__, peak_windows)
+        self.collector = BurstscopeCollector(
+            self.pipeline.snapshot, __version__, peak_windows, settings.metrics_profile
+        )
         self.registry.register(self.collector)
         # Each saturated or long-burst second by its cause (collector.throttle_live).
         if settings.xmit_wait_tick_ns is not None:
@@ -485,6 +495,7 @@ def _restart_only(settings: AgentSettings) -> dict[str, Any]:
         "pfc_watchdog": settings.pfc_watchdog,
         "throttle.xmit_wait_tick_ns": settings.xmit_wait_tick_ns,
         "steps": settings.steps,
+        "metrics.profile": settings.metrics_profile,
         "recording": (
             settings.recording_dir,
             settings.recording_piece_seconds,

@@ -20,6 +20,7 @@ Layout (all tables and keys optional; command-line flags override the file)::
     [throttle]    xmit_wait_tick_ns
     [pfc_watchdog] enabled, interval, window, threshold, end_threshold
     [steps]       publish, quiet, floor
+    [metrics]     profile
 
 ``parse_config`` checks each value on its own (types, finite numbers, ranges, durations,
 URLs); what depends on several values or on the machine (the source SPEC and its ports, the
@@ -201,6 +202,15 @@ def _collective_map(value: Any) -> str:
     return text
 
 
+def _profile(value: Any) -> str:
+    from burstscope.collector.exporter import PROFILES
+
+    text = _string(value)
+    if text not in PROFILES:
+        raise ValueError(f"must be one of {', '.join(PROFILES)}, not {text!r}")
+    return text
+
+
 def _clock_offset(value: Any) -> int:
     from burstscope.collector.collectives.live import parse_clock_offset
 
@@ -308,6 +318,8 @@ SCHEMA: dict[str, dict[str, Callable[[Any], Any]]] = {
         "quiet": _interval,  # silence that ends a step (30 ms), as the consumer's --quiet
         "floor": _number(0.001, 0.5, ""),  # share of line rate that makes a sample active
     },
+    # What /metrics serves (collector.exporter.PROFILES): full, or lean for large fleets.
+    "metrics": {"profile": _profile},
 }
 
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -61,6 +62,16 @@ PEAK_WINDOWS: tuple[tuple[str, int], ...] = (("15s", 15_000_000_000), ("75s", 75
 PEAK_WINDOW_SCRAPE_INTERVALS = {"15s": 10.0, "75s": 60.0}
 PORT = ("device", "port")
 PORT_DIRECTION = ("device", "port", "direction")
+# What the exporter serves ([metrics] profile, --metrics-profile). full: every family below,
+# about 56 series per port. lean, for fleets of thousands of nodes: what the fleet dashboard,
+# the recording rules and every alert read, at most 15 series per port (docs/metrics.md,
+# "Profiles"): per port its bytes, rate, state, longest-window peaks, saturated and hidden
+# saturated seconds, link downs and congestion signals; the utilization histogram and the
+# bursts per node (burstscope_node_*) instead of per port; no per-port burst durations,
+# error PortCounters, read health, nor the agent's timing histograms.
+FULL = "full"
+LEAN = "lean"
+PROFILES = (FULL, LEAN)
 
 # One name -> HELP table. Units are in the names (Prometheus naming: base units, _total).
 HELP: dict[str, str] = {
@@ -106,6 +117,13 @@ HELP: dict[str, str] = {
     "burstscope_port_burst_bytes_total": "Bytes carried inside bursts that ended.",
     "burstscope_port_burst_duration_seconds": "Durations of bursts that ended, both "
     "directions of the port together.",
+    "burstscope_node_utilization_ratio": "Per-sample utilization of every port of the node "
+    "whose line rate is known, one observation per port and sampling interval: the lean "
+    "profile's burstscope_port_utilization_ratio summed over the node's ports. Present with "
+    "[metrics] profile = lean.",
+    "burstscope_node_bursts_total": "Bursts that ended on any port of the node: the lean "
+    "profile's burstscope_port_bursts_total summed over the node's ports. Present with "
+    "[metrics] profile = lean.",
     "burstscope_port_saturated_seconds_total": "Time at or above the saturation threshold "
     "(90% of line rate by default).",
     "burstscope_port_hidden_saturated_seconds_total": "Saturated time inside 15 s "
@@ -390,15 +408,23 @@ class BurstscopeCollector(Collector):
         snapshot: Callable[[], Snapshot],
         version: str,
         peak_windows: Sequence[tuple[str, int]] = PEAK_WINDOWS,
+        profile: str = FULL,
     ) -> None:
         """``version``: the agent's, exported as burstscope_info{version}; ``peak_windows``:
-        (window label, length in ns) of the trailing peaks, at most HISTORY_NS each."""
+        (window label, length in ns) of the trailing peaks, at most HISTORY_NS each;
+        ``profile``: full or lean (PROFILES), lean keeping the longest peak window only."""
         for label, length in peak_windows:
             if not 0 < length <= HISTORY_NS:
                 raise ValueError(f"peak window {label}: {length} ns is not in (0, {HISTORY_NS}]")
+        if profile not in PROFILES:
+            raise ValueError(f"metrics profile {profile!r} is not one of {', '.join(PROFILES)}")
         self._snapshot = snapshot
         self._version = version
-        self._peak_windows = tuple(peak_windows)
+        self._lean = profile == LEAN
+        # Lean: the longest window, the one every rule and panel reads (no scrape interval
+        # up to 60 s loses a peak of it).
+        windows = tuple(peak_windows)
+        self._peak_windows = (max(windows, key=lambda w: w[1]),) if self._lean else windows
         self._previous_scrape_seconds = 0.0
         # Families owned by optional outputs (MQTT), built at scrape time like the rest.
         self.extra_families: list[Callable[[], Iterable[Metric]]] = []
@@ -413,8 +439,10 @@ class BurstscopeCollector(Collector):
         snap = self._snapshot()
         out = _Families()
         self._ports(out, snap)
-        self._slow(out, snap)
-        self._health(out, snap)
+        if self._lean:
+            _node_families(out, snap)
+        self._slow(out, snap, self._lean)
+        self._health(out, snap, self._lean)
         _job_families(out, snap)
         _peer_families(out, snap)
         _rail_families(out, snap)
@@ -428,7 +456,7 @@ class BurstscopeCollector(Collector):
 
     def _ports(self, out: _Families, snap: Snapshot) -> None:
         for port in snap.ports:
-            _port_families(out, port, snap, self._peak_windows)
+            _port_families(out, port, snap, self._peak_windows, self._lean)
         for kept in snap.unsampled:
             out.gauge(
                 "burstscope_port_not_sampled",
@@ -445,17 +473,21 @@ class BurstscopeCollector(Collector):
             )
 
     @staticmethod
-    def _slow(out: _Families, snap: Snapshot) -> None:
+    def _slow(out: _Families, snap: Snapshot, lean: bool) -> None:
         if snap.slow is None:
             return
-        for (device, port, name, reason), count in sorted(snap.slow.refused.items()):
-            out.counter(
-                "burstscope_port_refused_readings_total",
-                (*PORT, "counter", "reason"),
-                [device, str(port), name, reason],
-                count,
-            )
+        if not lean:
+            for (device, port, name, reason), count in sorted(snap.slow.refused.items()):
+                out.counter(
+                    "burstscope_port_refused_readings_total",
+                    (*PORT, "counter", "reason"),
+                    [device, str(port), name, reason],
+                    count,
+                )
         unsampled = {(kept.device, kept.port) for kept in snap.unsampled}
+        # Lean: one congestion series and one PFC series per port, every counter summed,
+        # which is all BurstscopeCongestionDuringBursts asks (did any rise on the port).
+        summed: dict[tuple[str, str, int], float] = {}
         for state in sorted(snap.slow.counters.values(), key=_order):
             key = [state.device, str(state.port)]
             name = state.name
@@ -465,7 +497,8 @@ class BurstscopeCollector(Collector):
             if name == "state":
                 out.gauge("burstscope_port_state", PORT, key, state.value)
             elif name == "phys_state":
-                out.gauge("burstscope_port_physical_state", PORT, key, state.value)
+                if not lean:
+                    out.gauge("burstscope_port_physical_state", PORT, key, state.value)
             elif name == DATA_RATE_GAUGE and (state.device, state.port) in unsampled:
                 # A port kept without sampling still shows its line rate (the data rate).
                 if state.value > 0:
@@ -475,27 +508,39 @@ class BurstscopeCollector(Collector):
             elif name == "port_xmit_wait":
                 out.counter("burstscope_port_transmit_wait_total", PORT, key, value)
             elif name in _ERROR_COUNTERS:
-                out.counter("burstscope_port_errors_total", (*PORT, "counter"), [*key, name], value)
+                if not lean:
+                    out.counter(
+                        "burstscope_port_errors_total", (*PORT, "counter"), [*key, name], value
+                    )
             elif name in CONGESTION_PACKET_COUNTERS:
-                out.counter(
-                    "burstscope_port_congestion_packets_total",
-                    (*PORT, "counter"),
-                    [*key, name],
-                    value,
-                )
+                if lean:
+                    family = ("burstscope_port_congestion_packets_total", state.device, state.port)
+                    summed[family] = summed.get(family, 0.0) + value
+                else:
+                    out.counter(
+                        "burstscope_port_congestion_packets_total",
+                        (*PORT, "counter"),
+                        [*key, name],
+                        value,
+                    )
             elif name in _RDMA_BYTES:
-                out.counter(
-                    "burstscope_port_rdma_bytes_total", (*PORT, "counter"), [*key, name], value
-                )
+                if not lean:
+                    out.counter(
+                        "burstscope_port_rdma_bytes_total", (*PORT, "counter"), [*key, name], value
+                    )
             elif (match := _PFC.match(name)) is not None:
                 direction = "receive" if match.group(1) == "rx" else "transmit"
-                out.counter(
-                    "burstscope_port_pfc_pause_frames_total",
-                    (*PORT_DIRECTION, "priority"),
-                    [*key, direction, match.group(2)],
-                    value,
-                )
-            elif (match := _PFC_DURATION.match(name)) is not None and value > 0:
+                if lean:
+                    family = ("burstscope_port_pfc_pause_frames_total", state.device, state.port)
+                    summed[family] = summed.get(family, 0.0) + value
+                else:
+                    out.counter(
+                        "burstscope_port_pfc_pause_frames_total",
+                        (*PORT_DIRECTION, "priority"),
+                        [*key, direction, match.group(2)],
+                        value,
+                    )
+            elif (match := _PFC_DURATION.match(name)) is not None and value > 0 and not lean:
                 out.counter(
                     "burstscope_port_pfc_pause_seconds_total",
                     (*PORT, "priority"),
@@ -504,19 +549,22 @@ class BurstscopeCollector(Collector):
                 )
             if name in _SATURATING and state.saturated:
                 out.gauge("burstscope_port_stuck_at_all_ones", (*PORT, "counter"), [*key, name], 1)
+        for (name, device, port), total in summed.items():
+            out.counter(name, PORT, [device, str(port)], total)
 
     @staticmethod
-    def _health(out: _Families, snap: Snapshot) -> None:
+    def _health(out: _Families, snap: Snapshot, lean: bool) -> None:
         health = snap.health
         out.counter("burstscope_sampler_ticks_total", (), [], health.ticks)
         out.counter("burstscope_sampler_missed_ticks_total", (), [], health.missed_ticks)
-        out.histogram(
-            "burstscope_sampler_lateness_seconds",
-            (),
-            [],
-            _buckets(TIMING_BUCKETS_SECONDS, health.lateness_buckets.tolist()),
-            health.lateness_sum_seconds,
-        )
+        if not lean:  # the timing histograms: 13 and 8 to 11 series per source
+            out.histogram(
+                "burstscope_sampler_lateness_seconds",
+                (),
+                [],
+                _buckets(TIMING_BUCKETS_SECONDS, health.lateness_buckets.tolist()),
+                health.lateness_sum_seconds,
+            )
         out.gauge("burstscope_sampler_interval_seconds", (), [], health.interval_ns / 1e9)
         if health.finest_interval_ns > 0:
             out.gauge(
@@ -546,29 +594,35 @@ class BurstscopeCollector(Collector):
             out.counter(
                 "burstscope_recording_deleted_pieces_total", (), [], recording.deleted_pieces
             )
-        out.histogram(
-            "burstscope_source_read_duration_seconds",
-            ("source",),
-            [snap.source],
-            _buckets(TIMING_BUCKETS_SECONDS, health.read_buckets.tolist()),
-            health.read_sum_seconds,
-        )
+        if not lean:
+            out.histogram(
+                "burstscope_source_read_duration_seconds",
+                ("source",),
+                [snap.source],
+                _buckets(TIMING_BUCKETS_SECONDS, health.read_buckets.tolist()),
+                health.read_sum_seconds,
+            )
         if snap.slow is not None:
             for source in snap.slow.sources:
-                out.histogram(
-                    "burstscope_source_read_duration_seconds",
-                    ("source",),
-                    [source.name],
-                    _buckets(READ_BUCKETS_SECONDS, list(source.read_buckets)),
-                    source.read_seconds_sum,
-                )
+                if not lean:
+                    out.histogram(
+                        "burstscope_source_read_duration_seconds",
+                        ("source",),
+                        [source.name],
+                        _buckets(READ_BUCKETS_SECONDS, list(source.read_buckets)),
+                        source.read_seconds_sum,
+                    )
                 out.counter(
                     "burstscope_source_errors_total", ("source",), [source.name], source.errors
                 )
 
 
 def _port_families(
-    out: _Families, port: PortView, snap: Snapshot, windows: tuple[tuple[str, int], ...]
+    out: _Families,
+    port: PortView,
+    snap: Snapshot,
+    windows: tuple[tuple[str, int], ...],
+    lean: bool,
 ) -> None:
     """One sampled port: its rate, each direction's traffic and bursts, its read health."""
     key = [port.spec.device, str(port.spec.port)]
@@ -578,7 +632,7 @@ def _port_families(
     known = rate > 0
     if known:
         out.gauge("burstscope_port_line_rate_bytes_per_second", PORT, key, rate)
-    if port.resolution_ns > snap.health.interval_ns:
+    if port.resolution_ns > snap.health.interval_ns and not lean:
         out.gauge("burstscope_port_resolution_seconds", PORT, key, port.resolution_ns / 1e9)
     for direction in DIRECTIONS:
         view = port.directions[direction]
@@ -588,7 +642,9 @@ def _port_families(
                 "burstscope_port_data_bytes_total", PORT_DIRECTION, labels, view.bytes_total
             )
         if known:  # utilization without a rate: absent, never zero
-            _direction_families(out, labels, view, snap.now_ns, windows)
+            _direction_families(out, labels, view, snap.now_ns, windows, lean)
+    if lean:
+        return
     if known:
         # One burst-duration histogram per port, both directions together: per
         # direction it would take the port past 60 series.
@@ -623,16 +679,19 @@ def _direction_families(
     view: DirectionView,
     now_ns: int,
     windows: tuple[tuple[str, int], ...],
+    lean: bool,
 ) -> None:
-    """One direction of a port whose line rate is known: utilization, peaks, bursts."""
+    """One direction of a port whose line rate is known: utilization, peaks, bursts. Lean:
+    its peaks and saturated times only (the histogram and bursts go to the node's)."""
     live = view.live
-    out.histogram(
-        "burstscope_port_utilization_ratio",
-        PORT_DIRECTION,
-        labels,
-        _buckets(UTILIZATION_BUCKETS, live.utilization_buckets.tolist()),
-        live.utilization_sum,
-    )
+    if not lean:
+        out.histogram(
+            "burstscope_port_utilization_ratio",
+            PORT_DIRECTION,
+            labels,
+            _buckets(UTILIZATION_BUCKETS, live.utilization_buckets.tolist()),
+            live.utilization_sum,
+        )
     for window, length in windows:
         peak = live.peak(length, now_ns)
         out.gauge(
@@ -641,8 +700,9 @@ def _direction_families(
             [*labels, window],
             0.0 if peak is None else peak,
         )
-    out.counter("burstscope_port_bursts_total", PORT_DIRECTION, labels, live.bursts)
-    out.counter("burstscope_port_burst_bytes_total", PORT_DIRECTION, labels, live.burst_bytes)
+    if not lean:
+        out.counter("burstscope_port_bursts_total", PORT_DIRECTION, labels, live.bursts)
+        out.counter("burstscope_port_burst_bytes_total", PORT_DIRECTION, labels, live.burst_bytes)
     out.counter(
         "burstscope_port_saturated_seconds_total", PORT_DIRECTION, labels, view.saturated_seconds
     )
@@ -652,6 +712,30 @@ def _direction_families(
         labels,
         view.hidden_saturated_seconds,
     )
+
+
+def _node_families(out: _Families, snap: Snapshot) -> None:
+    """The lean profile's per-node utilization histogram and bursts, per direction: every
+    port whose line rate is known summed, as the full profile's per-port families would sum
+    (the recording rules read either)."""
+    for direction in DIRECTIONS:
+        views = [
+            port.directions[direction].live
+            for port in snap.ports
+            if port.spec.line_rate_bytes_per_second > 0
+        ]
+        if not views:
+            continue
+        counts = np.sum([live.utilization_buckets for live in views], axis=0)
+        out.histogram(
+            "burstscope_node_utilization_ratio",
+            ("direction",),
+            [direction],
+            _buckets(UTILIZATION_BUCKETS, counts.tolist()),
+            sum(live.utilization_sum for live in views),
+        )
+        bursts = sum(live.bursts for live in views)
+        out.counter("burstscope_node_bursts_total", ("direction",), [direction], bursts)
 
 
 class MqttStats(Protocol):

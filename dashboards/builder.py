@@ -35,6 +35,8 @@ NODES = SCOPE + ', instance=~"$instance"'
 FLEET = NODES + ', device=~"$device"'
 PORT = FLEET + ', port=~"$port"'
 PORT_DIRECTION = PORT + ', direction=~"$direction"'
+# A node's own families by direction (the lean profile's burstscope_node_*: docs/metrics.md).
+NODE_DIRECTION = NODES + ', direction=~"$direction"'
 # The agents' own series, up and process_* among them: the job variable lists only the jobs
 # the configured selector matches.
 AGENTS = NODES

@@ -111,6 +111,7 @@ def _families() -> dict[str, tuple[str, list[str]]]:
     from burstscope.collector.collectives.live import CLASSES, PAIR_NAMES, CollectiveFigures
     from burstscope.collector.discovery import DeviceInfo
     from burstscope.collector.exporter import (
+        LEAN,
         BurstscopeCollector,
         collective_families,
         mqtt_families,
@@ -243,13 +244,16 @@ def _families() -> dict[str, tuple[str, list[str]]]:
     from burstscope.collector.exporter import step_families
 
     collector.extra_families.append(lambda: step_families(0))
+    # The lean profile's own families (burstscope_node_*), from the same snapshot; those both
+    # profiles serve are listed with the full profile's labels.
+    lean = BurstscopeCollector(lambda: snapshot, version="0", profile=LEAN)
     found: dict[str, tuple[str, list[str]]] = {}
-    for family in collector.collect():
+    for family in [*collector.collect(), *lean.collect()]:
         name = family.name + ("_total" if family.type == "counter" else "")
         labels: list[str] = []
         for sample in family.samples:
             labels += [k for k in sample.labels if k not in labels and k != "le"]
-        found[name] = (family.type, labels)
+        found.setdefault(name, (family.type, labels))
     return found
 
 

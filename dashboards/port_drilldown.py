@@ -1,5 +1,12 @@
 """The port drill-down dashboard: one node's ports, average, peak and p99 together, bursts,
-congestion, link and agent health."""
+congestion, link and agent health.
+
+On an agent with the lean profile ([metrics] profile = "lean", docs/metrics.md "Profiles")
+the default view still draws: peaks, averages, saturated time, link and job panels read
+series both profiles export, and the p99, the heatmap and the burst rate fall back to the
+node's own histogram and bursts. The targets in FULL_PROFILE_ONLY read per-port detail only
+the full profile exports; their descriptions say so.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from dashboards.builder import (
     AGENTS,
     AVERAGE_15S,
     FLEET_UID,
+    NODE_DIRECTION,
     NODE_LABELS,
     NODES,
     PORT,
@@ -68,6 +76,24 @@ JOB_LINK = {
     "&var-job_id=${__data.fields.job_id}&${__url_time_range}",
     "targetBlank": False,
 }
+# Panel targets ("title [refId]") that read what only the full profile exports: empty on a
+# lean agent (tests/test_profiles.py holds it). A site scrapes some nodes with the full
+# profile for them (docs/metrics.md, "Profiles").
+FULL_PROFILE_ONLY = frozenset(
+    {
+        "Burst duration [A]",
+        "Burst duration [B]",
+        "Burst duration [C]",
+        "Bytes carried in bursts [A]",
+        "Link errors and link downs [A]",
+        "Sampler lateness p99 [A]",
+        "Read duration p99 by source [A]",
+        "Source errors and failed reads [B]",
+        "Source errors and failed reads [C]",
+    }
+)
+FULL_ONLY_NOTE = ' Full profile only ([metrics] profile = "full"): a lean agent does not export it.'
+
 # The columns of a job's port (burstscope_job_port with the job's user and name), in order.
 JOB_PORT_COLUMNS = ("instance", "job_id", "user", "name", "device", "port", "role", "rule")
 
@@ -123,11 +149,14 @@ def _utilization_heatmap() -> Json:
     return panel(
         "heatmap",
         "Utilization heatmap (1 ms samples)",
-        "How many 1 ms samples per second fell in each utilization bucket.",
+        "How many 1 ms samples per second fell in each utilization bucket (on a lean agent, "
+        "every port of the node together: its per-node histogram).",
         [
             target(
                 "sum by (le) ("
                 + rate_of("burstscope_port_utilization_ratio_bucket", PORT_DIRECTION)
+                + ")\nor\nsum by (le) ("
+                + rate_of("burstscope_node_utilization_ratio_bucket", NODE_DIRECTION)
                 + ")",
                 "{{le}}",
                 format="heatmap",
@@ -170,7 +199,8 @@ def drill_utilization_row() -> list[Json]:
             "so no scrape interval up to 60 s and no zoom drops a peak); the mean over one "
             "15 s scrape interval (recording rule ..._ratio_irate1m), highest in each step; "
             "and the 99th percentile of 1 ms samples over the rate interval (from the utilization "
-            "histogram). Lines at 25% (busy) and 90% (saturated).",
+            "histogram: per port, or on a lean agent the node's, all its ports together). "
+            "Lines at 25% (busy) and 90% (saturated).",
             [
                 target(
                     "max_over_time(burstscope_port_peak_utilization_ratio"
@@ -186,6 +216,8 @@ def drill_utilization_row() -> list[Json]:
                 target(
                     "histogram_quantile(0.99, "
                     + rate_of("burstscope_port_utilization_ratio_bucket", PORT_DIRECTION)
+                    + ")\nor\nhistogram_quantile(0.99, "
+                    + rate_of("burstscope_node_utilization_ratio_bucket", NODE_DIRECTION)
                     + ")",
                     LEGEND + " p99 of 1 ms samples",
                     "C",
@@ -232,8 +264,16 @@ def drill_bursts_row() -> list[Json]:
         panel(
             "timeseries",
             "Burst rate",
-            "Bursts (maximal runs above 50% of line rate) that ended, per second.",
-            [target(rate_of("burstscope_port_bursts_total", PORT_DIRECTION), LEGEND)],
+            "Bursts (maximal runs above 50% of line rate) that ended, per second: per port, or "
+            "on a lean agent all the node's ports together.",
+            [
+                target(
+                    rate_of("burstscope_port_bursts_total", PORT_DIRECTION)
+                    + "\nor\n"
+                    + rate_of("burstscope_node_bursts_total", NODE_DIRECTION),
+                    LEGEND,
+                )
+            ],
             "ops",
             (8, 8),
         ),
@@ -242,7 +282,7 @@ def drill_bursts_row() -> list[Json]:
             "Burst duration",
             "Mean, median and p99 duration of the bursts that ended in the rate interval "
             "(both directions of a port: the histogram is per port; buckets one per decade "
-            "from 1 ms to 10 s).",
+            "from 1 ms to 10 s)." + FULL_ONLY_NOTE,
             [
                 target(
                     rate_of(f"{duration}_sum", PORT)
@@ -295,7 +335,7 @@ def drill_congestion_row() -> list[Json]:
             "timeseries",
             "Bytes carried in bursts",
             "Bytes per second carried inside bursts: line these up with the congestion "
-            "counters to the right.",
+            "counters to the right." + FULL_ONLY_NOTE,
             [target(rate_of("burstscope_port_burst_bytes_total", PORT_DIRECTION), LEGEND)],
             "Bps",
             (12, 8),
@@ -304,7 +344,8 @@ def drill_congestion_row() -> list[Json]:
             "timeseries",
             "CNP / ECN packets",
             "RoCE congestion control packets per second by kernel counter name "
-            "(np_cnp_sent, rp_cnp_handled, rp_cnp_ignored, np_ecn_marked_roce_packets).",
+            "(np_cnp_sent, rp_cnp_handled, rp_cnp_ignored, np_ecn_marked_roce_packets); a lean "
+            "agent exports their sum per port, without the name.",
             [
                 target(
                     rate_of("burstscope_port_congestion_packets_total", PORT),
@@ -326,7 +367,8 @@ def drill_congestion_row() -> list[Json]:
         panel(
             "timeseries",
             "PFC pause frames",
-            "PFC pause frames per second by priority and direction (ethtool).",
+            "PFC pause frames per second by priority and direction (ethtool); a lean agent "
+            "exports their sum per port, without priority or direction.",
             [
                 target(
                     rate_of("burstscope_port_pfc_pause_frames_total", PORT_DIRECTION),
@@ -363,7 +405,8 @@ def drill_link_row() -> list[Json]:
         panel(
             "timeseries",
             "Link errors and link downs",
-            "Link error PortCounters and link_downed increments over the rate interval.",
+            "Link error PortCounters and link_downed increments over the rate interval. The "
+            "error PortCounters are full profile only; link_downed is in both.",
             [
                 target(
                     f"increase(burstscope_port_errors_total{{{PORT}}}[$__rate_interval])",
@@ -443,7 +486,7 @@ def _sampler_timing() -> list[Json]:
             "timeseries",
             "Sampler lateness p99",
             "99th percentile of wake-up minus deadline per tick, and the sampling interval "
-            "for scale.",
+            "for scale." + FULL_ONLY_NOTE,
             [
                 target(
                     "histogram_quantile(0.99, "
@@ -472,7 +515,7 @@ def _reads_and_cost() -> list[Json]:
             "Read duration p99 by source",
             "99th percentile of one read: one port's data counters per tick for the fast "
             "source, one poll for slow sources. On a real HCA it decides what resolution is "
-            "honest.",
+            "honest." + FULL_ONLY_NOTE,
             [
                 target(
                     f"histogram_quantile(0.99, sum by ({NODE_LABELS}, source, le) ("
@@ -503,7 +546,8 @@ def _reads_and_cost() -> list[Json]:
         panel(
             "timeseries",
             "Source errors and failed reads",
-            "Failed opens, polls or files of slow sources, and failed 1 ms data reads, per second.",
+            "Failed opens, polls or files of slow sources, and failed 1 ms data reads and counter "
+            "resets, per second (the per-port reads and resets: full profile only).",
             [
                 target(
                     rate_of("burstscope_source_errors_total", NODES),

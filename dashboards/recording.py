@@ -27,6 +27,11 @@ samples per evaluation. The day-long maxima BurstscopeLinkDegraded needs are bui
 5-minute maximum every 5 minutes (288 samples a day per port) instead of one day of raw 15 s
 samples (5,760) every 15 s.
 
+Both exposition profiles (the agent's [metrics] profile, docs/metrics.md "Profiles") feed
+every rule: where the lean profile has a per-node family instead of per-port ones (the
+utilization histogram, the bursts), a rule reads the one "or" the other, and a node has only
+one of them.
+
 Prometheus evaluates the rules of one group in order, one after another, and different
 groups concurrently. The per-port 5 m shares read 5 m of 10,620 bucket series each, so they
 sit in groups of their own (burstscope.saturation, burstscope.paging): in one group with the
@@ -97,22 +102,22 @@ SATURATION = Group(
         Record(
             "instance_device_port_direction:burstscope_port_saturated_samples_per_samples:ratio_rate5m",
             expr="""
-                1 - (
-                  sum without (le) (rate(
-                    burstscope_port_utilization_ratio_bucket{%(burstscopeSelector)s, le="0.9"}[5m]
-                  ))
-                    /
-                  rate(burstscope_port_utilization_ratio_count{%(burstscopeSelector)s}[5m])
-                )
+                rate(burstscope_port_saturated_seconds_total{%(burstscopeSelector)s}[5m])
+                  / ignoring (device, port, direction) group_left
+                rate(burstscope_sampler_ticks_total{%(burstscopeSelector)s}[5m])
+                  / ignoring (device, port, direction) group_left
+                burstscope_sampler_interval_seconds{%(burstscopeSelector)s}
                 """,
             comment="""
-                Share of samples (1 ms each by default) at or above 90% of line rate
-                ("saturated", detectors/config.py) over 5 m, from the per-sample utilization
-                histogram: 1 - le="0.9" / count. Computed from the raw buckets, not from
-                recorded bucket rates: at 590 nodes reading 5 m of 10,620 buckets and counts
-                takes about 0.1-0.2 s, less than writing 10,620 recorded series (recording the
-                bucket and count rates first made this group slower in a 590-node run, not
-                faster), so per-port rules record only what panels and alerts read.
+                Share of the sampled time of each port direction at or above the agent's
+                saturation threshold (90% of line rate by default, detectors/config.py) over
+                5 m: its saturated seconds over the node's sampled seconds (ticks x interval, here
+                divided by each in turn),
+                which is the share of its samples. A ratio of two rates, as the histogram's
+                was, so a series younger than 5 m is not diluted by the empty part of the
+                window. Both profiles export the counter (the lean one has no per-port
+                histogram), and one series per port direction costs less to read than the
+                bucket and the count the histogram would need.
                 """,
         ),
         Record(
@@ -127,10 +132,22 @@ SATURATION = Group(
                     rate(burstscope_port_utilization_ratio_count{%(burstscopeSelector)s}[5m])
                   )
                 )
+                or
+                1 - (
+                  sum without (direction, le) (rate(
+                    burstscope_node_utilization_ratio_bucket{%(burstscopeSelector)s, le="0.9"}[5m]
+                  ))
+                    /
+                  sum without (direction) (
+                    rate(burstscope_node_utilization_ratio_count{%(burstscopeSelector)s}[5m])
+                  )
+                )
                 """,
             comment="""
                 Per node: share of all its ports' samples that were saturated over 5 m. Buckets
-                are summed before dividing, so a busy port weighs as much as its samples.
+                are summed before dividing, so a busy port weighs as much as its samples. The
+                full profile's per-port histograms, or the lean profile's per-node one (the
+                same buckets summed by the agent); a node has one or the other.
                 """,
         ),
     ),
@@ -152,10 +169,15 @@ PAGING = Group(
                     /
                   rate(burstscope_port_utilization_ratio_count{%(burstscopeSelector)s}[5m])
                 )
+                or
+                instance_device_port_direction:burstscope_port_saturated_samples_per_samples:ratio_rate5m
                 """,
             comment="""
                 Share of samples at or above 95% of line rate over 5 m: what
-                BurstscopeBurstSaturation pages on.
+                BurstscopeBurstSaturation pages on. A lean node has no per-port histogram: its
+                share is the saturated time's (at or above 90% by default, burstscope.saturation),
+                so on the lean profile the alert pages a little earlier (docs/metrics.md,
+                "Profiles").
                 """,
         ),
     ),
@@ -196,8 +218,15 @@ NODES = Group(
                 sum without (device, port, direction) (
                   rate(burstscope_port_bursts_total{%(burstscopeSelector)s}[1m])
                 )
+                or
+                sum without (direction) (
+                  rate(burstscope_node_bursts_total{%(burstscopeSelector)s}[1m])
+                )
                 """,
-            comment="Bursts that ended per second, all of a node's port directions.",
+            comment="""
+                Bursts that ended per second, all of a node's port directions: per port on the
+                full profile, per node on the lean one.
+                """,
         ),
         Record(
             "instance:burstscope_port_directions_above_saturation_share:count",

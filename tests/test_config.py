@@ -137,6 +137,7 @@ def test_the_example_configuration_passes_offline() -> None:
         ('[source]\nspec = "sims"', "source.spec unknown source 'sims'"),
         ('[source]\ninterval = "1ms"\n[sampler]\nspin = "2ms"', "sampler.spin 2 ms must be"),
         ("[source\n", "not valid TOML"),
+        ('[metrics]\nprofile = "slim"', "metrics.profile must be one of full, lean, not 'slim'"),
     ],
 )
 def test_offline_check_still_refuses_bad_values(tmp_path: Path, text: str, message: str) -> None:

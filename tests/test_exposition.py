@@ -134,6 +134,9 @@ def test_every_help_family_is_declared_once(fixture_scrape: str) -> None:
         "burstscope_rail",
         # Step summaries published, with MQTT ([steps] publish; tests/test_step_summaries.py).
         "burstscope_steps_",
+        # The lean profile's per-node histogram and bursts ([metrics] profile = "lean";
+        # tests/test_profiles.py).
+        "burstscope_node_",
     )
     absent = {name for name in set(HELP) - set(helps) if not name.startswith(conditional)}
     assert absent == {

@@ -72,6 +72,13 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="also record every sample: one trace per run in DIR/<start time>/",
     )
+    parser.add_argument(
+        "--metrics-profile",
+        metavar="PROFILE",
+        help="what /metrics serves: full (default: every family, about 56 series per port) or "
+        "lean (at most 15 per port: what the fleet dashboard, the rules and the alerts read; "
+        "for fleets of thousands of nodes; [metrics] profile; docs/metrics.md, Profiles)",
+    )
     add_job_arguments(parser)
     add_collective_arguments(parser)
     add_pfc_watchdog_arguments(parser)

@@ -57,13 +57,13 @@ class Exposition:
     help_lines: str
 
 
-def capture_agent(seconds: float = 5.0) -> Exposition:
-    """Two scrapes of a real in-process ``agent --source sim``, ``seconds`` apart, with one
-    Slurm job holding the node (as a job spread over the whole fleet would): every node then
-    serves the job's series beside its ports'."""
+def capture_agent(seconds: float = 5.0, profile: str = "full") -> Exposition:
+    """Two scrapes of a real in-process ``agent --source sim --metrics-profile PROFILE``,
+    ``seconds`` apart, with one Slurm job holding the node (as a job spread over the whole
+    fleet would): every node then serves the job's series beside its ports'."""
     with tempfile.TemporaryDirectory(prefix="burstscope-fleet-jobs-") as jobs:
         start_job(Path(jobs), FLEET_JOB_ID, user="fleet")
-        return _capture(seconds, ["--slurm-jobs-dir", jobs])
+        return _capture(seconds, ["--slurm-jobs-dir", jobs, "--metrics-profile", profile])
 
 
 def _capture(seconds: float, extra: list[str]) -> Exposition:
@@ -115,6 +115,20 @@ class Node:
     quiet: bool
     stopped: bool = False
     lines: list[tuple[str, str, float, float]] = field(default_factory=list)
+    # The node's own exposition (another metrics profile), else the fleet's.
+    exposition: Exposition | None = None
+
+
+# A quiet node's utilization histograms (per port, or the lean profile's per node) count
+# every sample in the lowest bucket, and its bursts and saturated times stand still.
+_UTILIZATION_COUNTS = ("_port_utilization_ratio_count", "_node_utilization_ratio_count")
+_UTILIZATION_BUCKETS = ("_port_utilization_ratio_bucket", "_node_utilization_ratio_bucket")
+_QUIET_WHEN_QUIET = (
+    "burstscope_port_burst",
+    "burstscope_port_saturated",
+    "burstscope_port_hidden",
+    "burstscope_node_bursts",
+)
 
 
 @dataclass
@@ -128,26 +142,24 @@ class Fleet:
 
     def series(self, node: Node) -> list[tuple[str, str, float, float]]:
         """(name, series, value at the capture, rate) of every series the node serves."""
-        ex = self.exposition
+        ex = node.exposition or self.exposition
         count_rate: dict[str, float] = {}
         lines = []
         for name, prefix, value, rate in zip(
             ex.names, ex.prefixes, ex.values, ex.rates, strict=True
         ):
             if node.quiet:
-                if name == "burstscope_port_utilization_ratio_count":
+                if name.endswith(_UTILIZATION_COUNTS):
                     count_rate[prefix.split("{", 1)[1]] = rate
                 elif name == "burstscope_port_peak_utilization_ratio":
                     value = 0.005
-                elif name.startswith(
-                    ("burstscope_port_burst", "burstscope_port_saturated", "burstscope_port_hidden")
-                ):
+                elif name.startswith(_QUIET_WHEN_QUIET):
                     rate = 0.0
             lines.append((name, prefix, value, rate))
         if node.quiet:
             # Every sample of a quiet port falls in the lowest bucket: buckets grow as count.
             for index, (name, prefix, value, rate) in enumerate(lines):
-                if name == "burstscope_port_utilization_ratio_bucket":
+                if name.endswith(_UTILIZATION_BUCKETS):
                     labels = re.sub(r',?le="[^"]*"', "", prefix.split("{", 1)[1]).lstrip(",")
                     lines[index] = (name, prefix, value, count_rate.get(labels, rate))
         return lines
@@ -158,7 +170,7 @@ class Fleet:
     def body(self, node: Node, at: float) -> str:
         elapsed = self.elapsed(node, at)
         out = [f"{prefix} {value + rate * elapsed!r}" for _, prefix, value, rate in node.lines]
-        return self.exposition.help_lines + "\n" + "\n".join(out) + "\n"
+        return (node.exposition or self.exposition).help_lines + "\n" + "\n".join(out) + "\n"
 
     async def _serve(
         self, node: Node, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -213,14 +225,24 @@ class Fleet:
             thread.join(10)
 
 
-def make_fleet(exposition: Exposition, count: int, quiet_every: int, port: int) -> Fleet:
+def make_fleet(
+    exposition: Exposition,
+    count: int,
+    quiet_every: int,
+    port: int,
+    lean: Exposition | None = None,
+    first: int = 0,
+) -> Fleet:
+    """``count`` nodes from address number ``first`` on; with ``lean``, every odd node serves
+    that exposition (an agent with the lean metrics profile) instead of ``exposition``."""
     nodes = [
         Node(
             f"127.0.{1 + i // 250}.{1 + i % 250}",
             offset_s=3600.0 + 7.0 * i,
             quiet=quiet_every > 0 and i % quiet_every == 0,
+            exposition=lean if lean is not None and i % 2 else None,
         )
-        for i in range(count)
+        for i in range(first, first + count)
     ]
     fleet = Fleet(exposition, nodes, port)
     for node in nodes:
