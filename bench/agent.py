@@ -81,12 +81,12 @@ from typing import Any
 import numpy as np
 
 from burstscope.testing.inspector_dumps import PacedWriter
+from burstscope.testing.processes import find_mosquitto, start_broker
 from burstscope.testing.slurm_jobs import end_job, start_job
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.mqtt import find_mosquitto, start_broker  # noqa: E402
 from bench.sampler import (  # noqa: E402
     Configuration,
     CpuClock,

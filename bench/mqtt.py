@@ -16,10 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +28,7 @@ from burstscope.collector.mqtt.messages import Identity, encode
 from burstscope.collector.mqtt.publisher import MqttPublisher
 from burstscope.collector.mqtt.settings import build_settings
 from burstscope.collector.mqtt.spool import open_spool
+from burstscope.testing.processes import find_mosquitto, start_broker
 
 PAYLOAD = {
     "kind": "burst",
@@ -50,38 +47,6 @@ PAYLOAD = {
     "merged": 1,
 }
 TOPIC = "burstscope/gpu-node-17/mlx5_3/1/burst"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def find_mosquitto() -> str | None:
-    found = shutil.which("mosquitto")
-    return found or ("/usr/sbin/mosquitto" if os.access("/usr/sbin/mosquitto", os.X_OK) else None)
-
-
-def start_broker(directory: Path, binary: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    config = directory / "mosquitto.conf"
-    config.write_text(
-        f"listener {port} 127.0.0.1\nallow_anonymous true\n"
-        + ("user root\n" if os.geteuid() == 0 else "")
-    )
-    process = subprocess.Popen(
-        [binary, "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), 0.2):
-                return process, port
-        except OSError:
-            time.sleep(0.05)
-    process.kill()
-    raise SystemExit("mosquitto did not start")
 
 
 async def publisher_drain(port: int, messages: int, spool_dir: str | None) -> float:

@@ -88,7 +88,6 @@ from bench.agent import (  # noqa: E402
     memory_kb,
     wait_for_tree,
 )
-from bench.mqtt import find_mosquitto  # noqa: E402
 from bench.sampler import (  # noqa: E402
     Configuration,
     CpuClock,
@@ -96,6 +95,7 @@ from bench.sampler import (  # noqa: E402
     default_cpu,
     run_reference,
 )
+from burstscope.testing.processes import find_mosquitto  # noqa: E402
 
 TARGETS = {
     "pss_slope_mb_per_hour": 2.0,

@@ -3,6 +3,8 @@ the agent as such a command, and what tests ask its /metrics."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import socket
 import ssl
@@ -12,6 +14,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 # Start-up on a loaded 2-core machine (numpy, pyarrow, a sampler process) can take seconds:
@@ -104,6 +107,34 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def find_mosquitto() -> str | None:
+    """Debian's mosquitto (in /usr/sbin, off a user's PATH), or None."""
+    found = shutil.which("mosquitto")
+    return found or ("/usr/sbin/mosquitto" if os.access("/usr/sbin/mosquitto", os.X_OK) else None)
+
+
+def start_broker(directory: Path, binary: str) -> tuple[subprocess.Popen[bytes], int]:
+    """A bare mosquitto on a free loopback port, anonymous, no persistence (benchmarks)."""
+    port = free_port()
+    config = directory / "mosquitto.conf"
+    config.write_text(
+        f"listener {port} 127.0.0.1\nallow_anonymous true\n"
+        + ("user root\n" if os.geteuid() == 0 else "")
+    )
+    process = subprocess.Popen(
+        [binary, "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), 0.2):
+                return process, port
+        except OSError:
+            time.sleep(0.05)
+    process.kill()
+    raise SystemExit("mosquitto did not start")
 
 
 def fetch(url: str, context: ssl.SSLContext | None = None) -> str:
