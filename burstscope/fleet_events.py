@@ -68,10 +68,13 @@ class SequenceTracker:
 
 
 def topics(host: str | None) -> list[str]:
+    """Every topic an agent numbers in ``seq``, and its status: a subscriber that left one
+    out would report its messages as gaps (the step summaries share the sequence)."""
     level = topic_level(host) if host else "+"
     return [
         f"{PREFIX}/{level}/status",
         f"{PREFIX}/{level}/event",
+        f"{PREFIX}/{level}/steps",
         *(f"{PREFIX}/{level}/+/+/{k}" for k in ("burst", "event")),
     ]
 
@@ -138,7 +141,7 @@ class FleetView:
         return [self._gap(host, run, (highest + 1, last), "never delivered")]
 
 
-def _describe(row: dict[str, Any]) -> str:
+def describe_row(row: dict[str, Any]) -> str:
     kind = row.get("kind")
     if kind == "burst":
         return (
@@ -151,6 +154,11 @@ def _describe(row: dict[str, Any]) -> str:
             f"{row.get('bytes_per_second', 0) / 1e9:.2f} GB/s peak "
             f"{row.get('peak_utilization', 0):.0%}"
         )
+    if kind == "step":
+        rails = row.get("rails") or []
+        moved = sum(r.get("bytes", 0) for r in rails if isinstance(r, dict))
+        span = (row.get("end_ns", 0) - row.get("onset_ns", 0)) / 1e6
+        return f"{len(rails)} rails {span:.1f} ms {moved / 1e6:.1f} MB"
     skip = {"topic", "kind", "host", "device", "port", "run", "seq", "time_ns"}
     return " ".join(f"{k}={v}" for k, v in row.items() if k not in skip)
 
@@ -181,7 +189,7 @@ def render(view: FleetView, endpoint: str) -> Any:
                     str(row.get("host", "")),
                     f"{row.get('device', '')}/{row.get('port', '')}",
                     str(row.get("kind", "")),
-                    _describe(row),
+                    describe_row(row),
                     str(row.get("seq", "")),
                 )
             )

@@ -27,6 +27,7 @@ from burstscope.collector.mqtt.messages import (
     link_event_payload,
     port_topic,
     status_topic,
+    steps_topic,
 )
 from burstscope.collector.mqtt.policy import (
     BurstRecord,
@@ -46,7 +47,7 @@ from burstscope.collector.mqtt.settings import (
 )
 from burstscope.collector.mqtt.spool import MemorySpool, Message, SqliteSpool
 from burstscope.detectors.link_events import LinkDowned, LinkEvent, LinkEventDeriver, PortReading
-from burstscope.fleet_events import FleetView, SequenceTracker, Verdict
+from burstscope.fleet_events import FleetView, SequenceTracker, Verdict, describe_row, topics
 from tests.test_cli_core import assert_usage_error, burstscope
 
 MS = 1_000_000
@@ -393,6 +394,27 @@ def test_fleet_view_prints_gaps_and_drops_redeliveries() -> None:
     ]  # fmt: skip
     assert (view.received, view.duplicates) == (2, 1)
     assert view.handle(topic, b"not json") == []
+
+
+def test_events_subscribes_to_every_numbered_topic_so_step_summaries_are_no_gap() -> None:
+    """The step summaries share the agent's seq: a subscriber without their topic saw each
+    as a missing message (the demo's event stream under load)."""
+    assert "burstscope/+/steps" in topics(None)
+    assert steps_topic("gpu-01") in topics("gpu-01")
+    view = FleetView()
+    burst = port_topic("h", "mlx5_0", 1, "burst")
+    step = (
+        '{"kind":"step","host":"h","run":1,"seq":2,"onset_ns":0,"end_ns":3000000,'
+        '"rails":[{"rail":0,"bytes":5000000},{"rail":1,"bytes":7000000}]}'
+    )
+    lines = [
+        view.handle(burst, b'{"host":"h","run":1,"seq":1}'),
+        view.handle(steps_topic("h"), step.encode()),
+        view.handle(burst, b'{"host":"h","run":1,"seq":3}'),
+    ]
+    assert not any("gap" in line for batch in lines for line in batch)
+    assert view.tracker.missing_count() == 0
+    assert describe_row(lines[1][0]) == "2 rails 3.0 ms 12.0 MB"
 
 
 def test_fleet_view_reports_joining_mid_stream_and_what_was_never_delivered() -> None:
