@@ -272,6 +272,97 @@ def prometheus_config(tmp: Path, fleet: Fleet, interval: str, shorten_for: bool)
     return config
 
 
+def _rule_files(directory: Path, shorten_for: bool) -> list[str]:
+    """Both rules files copied into ``directory`` (every ``for:`` 2 s with ``shorten_for``)."""
+    names = []
+    for name in ("recording.rules.yml", "alerts.rules.yml"):
+        text = (DASHBOARDS / "prometheus" / name).read_text()
+        if shorten_for:
+            text = re.sub(r"^(\s+for:) \S+$", r"\1 2s", text, flags=re.MULTILINE)
+        (directory / name).write_text(text)
+        names.append(name)
+    return names
+
+
+def _example(name: str) -> dict[str, Any]:
+    import yaml  # the [web] extra; only the sharding helpers read YAML
+
+    loaded: dict[str, Any] = yaml.safe_load((DASHBOARDS / "prometheus" / name).read_text())
+    return loaded
+
+
+def _write_config(directory: Path, config: dict[str, Any]) -> Path:
+    import yaml
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def _intervals(config: dict[str, Any], interval: str, evaluate: bool) -> None:
+    config["global"]["scrape_interval"] = interval
+    config["global"]["scrape_timeout"] = interval
+    if evaluate:
+        config["global"]["evaluation_interval"] = interval
+
+
+def shard_configs(
+    tmp: Path, fleet: Fleet, shards: int, interval: str, shorten_for: bool
+) -> list[Path]:
+    """One configuration per shard (``tmp/shard-<i>/prometheus.yml``, beside its rules files),
+    each the shipped prometheus/shard.example.yml with the fleet's targets, ``shards`` as the
+    hashmod modulus and its own index in the keep rule and the ``shard`` external label: every
+    shard lists every node and scrapes its hash share. No Alertmanager and no fleet consumer
+    (the simulated fleet has none)."""
+    targets = [f"{n.address}:{fleet.port}" for n in fleet.nodes]
+    configs = []
+    for index in range(shards):
+        directory = tmp / f"shard-{index}"
+        directory.mkdir(parents=True, exist_ok=True)
+        config = _example("shard.example.yml")
+        _intervals(config, interval, evaluate=True)
+        config["global"]["external_labels"]["shard"] = str(index)
+        config["rule_files"] = _rule_files(directory, shorten_for)
+        del config["alerting"]
+        config["scrape_configs"] = [
+            job for job in config["scrape_configs"] if job["job_name"] == "burstscope"
+        ]
+        (job,) = config["scrape_configs"]
+        job["static_configs"] = [{"targets": targets}]
+        relabel = job["relabel_configs"]
+        hashmod = next(i for i, rule in enumerate(relabel) if rule["action"] == "hashmod")
+        relabel[hashmod]["modulus"] = shards
+        relabel[hashmod + 1]["regex"] = str(index)
+        configs.append(_write_config(directory, config))
+    return configs
+
+
+def global_config(
+    tmp: Path,
+    shard_urls: list[str],
+    interval: str,
+    extra_targets: list[str] = [],  # noqa: B006 (read, never changed)
+) -> Path:
+    """``tmp/global/prometheus.yml``: the shipped prometheus/global.example.yml federating
+    from every shard (its match[] list as shipped), and scraping ``extra_targets`` (the fleet
+    consumer, host:port) directly; without them, no consumer job."""
+    config = _example("global.example.yml")
+    _intervals(config, interval, evaluate=False)
+    jobs = []
+    for job in config["scrape_configs"]:
+        if job.get("metrics_path") == "/federate":
+            hosts = [urllib.parse.urlsplit(url).netloc for url in shard_urls]
+            job["static_configs"] = [{"targets": hosts}]
+        elif extra_targets:
+            job["static_configs"] = [{"targets": list(extra_targets)}]
+        else:
+            continue
+        jobs.append(job)
+    config["scrape_configs"] = jobs
+    return _write_config(tmp / "global", config)
+
+
 @dataclass
 class Prometheus:
     url: str
