@@ -36,8 +36,9 @@ PROLOG = REPOSITORY / "systemd" / "slurm" / "burstscope-prolog"
 EPILOG = REPOSITORY / "systemd" / "slurm" / "burstscope-epilog"
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
 GPUS = 2
-# slurmctld marks a node whose slurmd stopped answering DOWN after SlurmdTimeout, but on
-# these VMs it took 25 s whatever the setting (its ping cycle): waits allow for that.
+# slurmctld marks a node whose slurmd stopped answering DOWN after SlurmdTimeout and the
+# failed pings' MessageTimeout (default 10 s): 26 s here with the default, 13.8 s with
+# MessageTimeout=4 (the test cluster's: twice what a loaded VM's RPCs need, 9.9 s with 2).
 NODE_FAIL_SECONDS = 60.0
 COMMAND_SECONDS = 30.0
 
@@ -127,6 +128,7 @@ SelectTypeParameters=CR_Core
 GresTypes=gpu
 MpiDefault=none
 SlurmdTimeout=5
+MessageTimeout=4
 ReturnToService=2
 JobRequeue=0
 KillWait=2
