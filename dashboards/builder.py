@@ -54,7 +54,7 @@ FLEET_UID = "burstscope-fleet-overview"
 RULES = record_names(GROUPS)
 # The mean over one 15 s scrape interval, per port direction: both dashboards draw it.
 AVERAGE_15S = RULES.series(
-    "instance_device_port_direction", "burstscope_port_data_bytes_per_line_rate"
+    "instance_device_port_direction", "burstscope_port_data_bytes_per_line_rate", "ratio"
 )
 # CPU of the whole agent in cores: its main process (prometheus-client's process collector)
 # plus its 1 ms sampler process.
@@ -275,6 +275,14 @@ def variables(drilldown: bool, selectors: Selectors) -> list[Json]:
             "type": "datasource",
             "name": "datasource",
             "label": "Data source",
+            # With sharded servers (dashboards/README.md, "Sharding") only the shard that
+            # scrapes a node holds its per-port series.
+            "description": (
+                "The Prometheus to read. With sharded servers: the global one for the fleet "
+                "overview; for a node's Port drill-down, the shard that scrapes the node (the "
+                "shard label of its rows on the fleet overview), which alone holds its "
+                "per-port series."
+            ),
             "query": "prometheus",
             "current": {"text": "", "value": ""},
             "hide": 0,

@@ -3,15 +3,16 @@
 Built for a fleet (590 nodes x 9 ports): panels over time read the per-node series of the
 recording rules and plot their spread across nodes (highest, 90th percentile, median),
 never one line per port; peaks are ``max_over_time(...[$__interval])`` so zooming out
-drops no peak. The tables link each row to the port drill-down.
+drops no peak. The tables link each row to the port drill-down. Every agent series a panel
+reads is recorded (per node, per job on a node, or each server's 20 hottest ports), so a
+global Prometheus that federates only those from sharded servers draws every panel; the
+fleet consumer's burstscope_straggler_* series it scrapes itself.
 """
 
 from __future__ import annotations
 
 from dashboards.builder import (
-    AGENT_CPU_CORES,
     AGENTS,
-    AVERAGE_15S,
     FLEET,
     FLEET_UID,
     JOBS,
@@ -53,6 +54,29 @@ JOB_SATURATED = RULES.series(
 JOB_HIDDEN = RULES.series(
     "instance_job_id", "burstscope_job_hidden_saturated_seconds_per_compute_port_directions"
 )
+# What the fleet overview would otherwise read raw (recording group burstscope.fleet): with
+# sharded servers, the global one federates these and no per-port series (dashboards/README.md,
+# "Sharding").
+HOTTEST_PEAK = RULES.series(
+    "instance_device_port_direction", "burstscope_port_peak_utilization_ratio", "topk"
+)
+HOTTEST_AVERAGE_15S = RULES.series(
+    "instance_device_port_direction", "burstscope_port_data_bytes_per_line_rate", "peak_topk"
+)
+HOTTEST_HIDDEN = RULES.series(
+    "instance_device_port_direction", "burstscope_port_hidden_saturated_seconds"
+)
+JOB_BURST_BYTES = RULES.series("instance_job_id", "burstscope_job_burst_bytes")
+JOB_COMPUTE_PORTS = RULES.series("instance_job_id", "burstscope_job_compute_ports")
+AGENT_UP = RULES.series("instance", "burstscope_agent_up")
+SAMPLER_UP = RULES.series("instance", "burstscope_sampler_up")
+AGENT_CPU = RULES.series("instance", "burstscope_agent_cpu_seconds")
+AGENT_MEMORY = RULES.series("instance", "burstscope_agent_resident_memory_bytes")
+MISSED_TICKS = RULES.series("instance", "burstscope_sampler_missed_ticks")
+SILENT_PORTS = RULES.series("instance", "burstscope_ports_silent_under_job")
+PORTS_BELOW_PEERS = RULES.series("instance", "burstscope_ports_below_peers")
+PFC_STORMS = RULES.series("instance", "burstscope_pfc_storms")
+THROTTLED = RULES.series("instance_cause", "burstscope_throttled_seconds")
 # Grafana's "Min interval" on the fleet panels over time: each reads one series per node
 # (590 on Acme's fleet), so a 6 h view at Grafana's ~1,000 points (a 20 s step) costs
 # 590 x 1,080 points per line; one point a minute is a third of that, and
@@ -104,18 +128,20 @@ def _port_table(
 
 
 def _hottest_ports() -> Json:
-    peak = f'burstscope_port_peak_utilization_ratio{{{FLEET}, window="{PEAK_WINDOW}"}}'
-    hottest = f"topk(20, {peak})"
+    hottest = f"topk(20, {HOTTEST_PEAK}{{{FLEET}}})"
     return _port_table(
         "Hottest ports: 1 ms peak beside the 15 s average",
-        "The 20 port directions with the highest 1 ms utilization in the last 75 s, beside "
-        "their mean over the last scrape interval (15 s; recording rule "
+        f"The 20 port directions with the highest 1 ms utilization in the last {PEAK_WINDOW}, "
+        "beside their mean over the last scrape interval (15 s; recording rule "
         "..._ratio_irate1m). A high peak over a low average is a burst a 15 s exporter "
-        "cannot see. Click a node to open its Port drill-down.",
+        "cannot see. Read from each server's recorded top 20 (recording rule ..._topk20_max), "
+        "so a node or device filter narrows that top 20 rather than ranking its own ports. "
+        "Click a node to open its Port drill-down (on sharded servers, on the datasource of "
+        "the row's shard).",
         [
             target(hottest, ref="A", instant=True, format="table"),
             target(
-                f"{AVERAGE_15S}{{{FLEET}}}\n"
+                f"{HOTTEST_AVERAGE_15S}{{{FLEET}}}\n"
                 f"  and on ({NODE_LABELS}, device, port, direction)\n" + hottest,
                 ref="B",
                 instant=True,
@@ -137,10 +163,12 @@ def _hidden_saturation() -> Json:
         "Ports with hidden saturation",
         "Share of the last 5 m each port direction spent saturated (>= 90%) inside 15 s "
         "windows whose mean stayed below 25%: saturation a 15 s scrape reports as quiet. "
-        "Click a node to open its Port drill-down.",
+        "Read from each server's recorded top 20 (recording rule ..._topk20_rate5m). Click a "
+        "node to open its Port drill-down (on sharded servers, on the datasource of the "
+        "row's shard).",
         [
             target(
-                f"topk(10, rate(burstscope_port_hidden_saturated_seconds_total{{{FLEET}}}[5m]))",
+                f"topk(10, {HOTTEST_HIDDEN}{{{FLEET}}})",
                 instant=True,
                 format="table",
             )
@@ -229,7 +257,7 @@ def _agents_down() -> list[Json]:
             "Agents down",
             "Targets of the agents' scrape jobs whose last scrape failed (up == 0): alert "
             "BurstscopeAgentDown.",
-            [target(f"count(up{{{AGENTS}}} == 0) or vector(0)", "down", instant=True)],
+            [target(f"count({AGENT_UP}{{{AGENTS}}} == 0) or vector(0)", "down", instant=True)],
             (4, 6),
             down_steps,
             none_down,
@@ -240,7 +268,7 @@ def _agents_down() -> list[Json]:
             "(burstscope_sampler_up == 0): alert BurstscopeAgentLagging.",
             [
                 target(
-                    f"count(burstscope_sampler_up{{{NODES}}} == 0) or vector(0)",
+                    f"count({SAMPLER_UP}{{{NODES}}} == 0) or vector(0)",
                     "down",
                     instant=True,
                 )
@@ -270,24 +298,13 @@ def _jobs_per_node() -> Json:
         "of its compute port directions' time saturated (>= 90%) over the last 5 m, what "
         "BurstscopeJobBurstSaturation pages on; the share saturated inside 15 s windows "
         "averaging under 25% (hidden saturation, BurstscopeJobHiddenBursts); bytes per second "
-        "inside its bursts; and how many compute ports it holds there. Click a node to open "
-        "its Port drill-down, a job to filter this dashboard to it.",
+        "inside its bursts over 5 m; and how many compute ports it holds there. Click a node "
+        "to open its Port drill-down, a job to filter this dashboard to it.",
         [
             target(f"{JOB_SATURATED}{{{JOBS}}}\n{with_job}", ref="A", instant=True, format="table"),
             target(f"{JOB_HIDDEN}{{{JOBS}}}", ref="B", instant=True, format="table"),
-            target(
-                f"rate(burstscope_job_burst_bytes_total{{{JOBS}}}[5m])",
-                ref="C",
-                instant=True,
-                format="table",
-            ),
-            target(
-                "count without (device, port, role, rule) "
-                f'(burstscope_job_port{{{JOBS}, role="compute"}})',
-                ref="D",
-                instant=True,
-                format="table",
-            ),
+            target(f"{JOB_BURST_BYTES}{{{JOBS}}}", ref="C", instant=True, format="table"),
+            target(f"{JOB_COMPUTE_PORTS}{{{JOBS}}}", ref="D", instant=True, format="table"),
         ],
         "percentunit",
         (24, 8),
@@ -368,13 +385,9 @@ def fleet_jobs_row() -> list[Json]:
             "timeseries",
             "Bytes in bursts per job, all its nodes",
             "Per job, bytes per second carried inside bursts that ended on its compute ports, "
-            "both directions, summed over every node it runs on.",
-            [
-                target(
-                    f"sum by (job_id) ({rate_of('burstscope_job_burst_bytes_total', JOBS)})",
-                    "{{job_id}}",
-                )
-            ],
+            "both directions, summed over every node it runs on: each node's 5 m rate "
+            "(recording rule), so a burst shows for 5 m and a step never averages less.",
+            [target(f"sum by (job_id) ({JOB_BURST_BYTES}{{{JOBS}}})", "{{job_id}}")],
             "Bps",
             (8, 8),
             interval=FLEET_MIN_INTERVAL,
@@ -410,20 +423,20 @@ def fleet_culprits_row() -> list[Json]:
             "Ports that carried their running job's traffic and have moved nothing for the "
             "agent's [jobs] silence (10 min): a hung job or a dead path (alert "
             "BurstscopePortSilentUnderJob; docs/jobs.md).",
-            f"count(burstscope_port_silent_under_job{{{NODES}}} == 1)",
+            f"sum({SILENT_PORTS}{{{NODES}}})",
         ),
         _culprit_count(
             "Ports below their peers",
             "Ports whose line rate is below the fastest port of their NIC model on the node: a "
             "link trained at a lower speed or width (alert BurstscopePortBelowPeers).",
-            f"count(burstscope_port_below_peers{{{NODES}}} == 1)",
+            f"sum({PORTS_BELOW_PEERS}{{{NODES}}})",
         ),
         _culprit_count(
             "PFC storms, last hour",
             "Storms the agents' PFC watchdogs declared in the last hour (a port "
             "priority paused for most of 400 ms; [pfc_watchdog] enabled; alert "
             "BurstscopePfcStorm). Which port: the pfc_storm events on MQTT.",
-            f"round(sum(increase(burstscope_pfc_storms_total{{{NODES}}}[1h])))",
+            f"round(sum(increase({PFC_STORMS}{{{NODES}}}[1h])))",
         ),
         panel(
             "timeseries",
@@ -431,13 +444,9 @@ def fleet_culprits_row() -> list[Json]:
             "Seconds of the fleet's port directions that held a saturated sample or a burst of "
             "100 ms or more, per second, by the cause their congestion counters give: pfc "
             "(paused), ecn (ECN marks or CNPs), credit (port_xmit_wait), clean (none: the link "
-            "was simply full). burstscope_throttled_seconds_total; docs/report.md.",
-            [
-                target(
-                    "sum by (cause) (" + rate_of("burstscope_throttled_seconds_total", NODES) + ")",
-                    "{{cause}}",
-                )
-            ],
+            "was simply full). burstscope_throttled_seconds_total, each node's 1 m rate "
+            "(recording rule); docs/report.md.",
+            [target(f"sum by (cause) ({THROTTLED}{{{NODES}}})", "{{cause}}")],
             "short",
             (6, 5),
             interval=FLEET_MIN_INTERVAL,
@@ -499,8 +508,9 @@ def fleet_agents_row() -> list[Json]:
             "Agent CPU per node",
             "CPU of the whole agent, in cores: its main process (process_cpu_seconds_total "
             "from prometheus-client's process collector) plus its 1 ms sampler process "
-            "(burstscope_sampler_cpu_seconds_total); highest, 90th percentile and median node.",
-            spread(AGENT_CPU_CORES, "node"),
+            "(burstscope_sampler_cpu_seconds_total), each over the last minute (recording "
+            "rule); highest, 90th percentile and median node.",
+            spread(f"{AGENT_CPU}{{{AGENTS}}}", "node"),
             "short",
             (8, 6),
             interval=FLEET_MIN_INTERVAL,
@@ -510,12 +520,8 @@ def fleet_agents_row() -> list[Json]:
             "Agent memory per node",
             "Resident memory of the whole agent: main process (process_resident_memory_bytes) "
             "plus sampler process (burstscope_sampler_resident_memory_bytes). Shared pages "
-            "count twice, so this is an upper bound of what the node gives it.",
-            spread(
-                f"(process_resident_memory_bytes{{{AGENTS}}}"
-                f" + burstscope_sampler_resident_memory_bytes{{{AGENTS}}})",
-                "node",
-            ),
+            "count twice, so this is an upper bound of what the node gives it (recording rule).",
+            spread(f"{AGENT_MEMORY}{{{AGENTS}}}", "node"),
             "bytes",
             (8, 6),
             interval=FLEET_MIN_INTERVAL,
@@ -523,20 +529,12 @@ def fleet_agents_row() -> list[Json]:
         panel(
             "timeseries",
             "Missed sampler ticks",
-            "Deadlines the 1 ms sampler skipped, per second: the node missing the most, and "
-            "the fleet total. Anything above 0 for long means peaks from that node are "
-            "incomplete (alert BurstscopeAgentLagging).",
+            "Deadlines the 1 ms sampler skipped, per second over the last minute (recording "
+            "rule): the node missing the most, and the fleet total. Anything above 0 for long "
+            "means peaks from that node are incomplete (alert BurstscopeAgentLagging).",
             [
-                target(
-                    f"max({rate_of('burstscope_sampler_missed_ticks_total', NODES)})",
-                    "worst node",
-                    "A",
-                ),
-                target(
-                    f"sum({rate_of('burstscope_sampler_missed_ticks_total', NODES)})",
-                    "fleet",
-                    "B",
-                ),
+                target(f"max({MISSED_TICKS}{{{NODES}}})", "worst node", "A"),
+                target(f"sum({MISSED_TICKS}{{{NODES}}})", "fleet", "B"),
             ],
             "ops",
             (24, 6),

@@ -579,7 +579,9 @@ def port_drilldown(selectors: Selectors = DEFAULT) -> Json:
     return dashboard(
         UID,
         "burstscope / Port drill-down",
-        "One node's ports: average, peak and p99 together, bursts, congestion, agent health.",
+        "One node's ports: average, peak and p99 together, bursts, congestion, agent health. "
+        "With sharded Prometheus servers, open it on the datasource of the shard that scrapes "
+        "the node: the global server holds no per-port series.",
         [
             *drill_utilization_row(),
             *drill_bursts_row(),

@@ -22,10 +22,10 @@ per-port rule keeps device, port and direction; every rule aggregates with witho
 host label added by relabelling (prometheus.example.yml) is kept.
 
 Sized for a fleet (590 nodes x 9 ports): alerts and the fleet dashboard read the per-node
-series of burstscope.nodes (590 series, not 10,620), and nothing reads more than 5 m of raw
-samples per evaluation. The day-long maxima BurstscopeLinkDegraded needs are built from a
-5-minute maximum every 5 minutes (288 samples a day per port) instead of one day of raw 15 s
-samples (5,760) every 15 s.
+series of burstscope.nodes and burstscope.fleet (590 series, not 10,620), and nothing reads
+more than 5 m of raw samples per evaluation. The day-long maxima BurstscopeLinkDegraded
+needs are built from a 5-minute maximum every 5 minutes (288 samples a day per port) instead
+of one day of raw 15 s samples (5,760) every 15 s.
 
 Both exposition profiles (the agent's [metrics] profile, docs/metrics.md "Profiles") feed
 every rule: where the lean profile has a per-node family instead of per-port ones (the
@@ -364,7 +364,159 @@ LINK = Group(
     ),
 )
 
-GROUPS = (RECORDING, SATURATION, PAGING, NODES, JOBS, LINK)
+FLEET = Group(
+    "burstscope.fleet",
+    comment="""
+        Everything else the fleet overview reads, recorded: per node, per job on a node, or
+        the 20 hottest port directions of each cluster and scrape job. With sharded servers a
+        global Prometheus federates these (prometheus/global.example.yml, whose match[] list
+        tests/test_federation.py checks against this file) and draws every fleet panel
+        without a per-port or raw series; on one server the panels read them too.
+        """,
+    rules=(
+        Record(
+            "instance:burstscope_agent_up:min",
+            expr="min without () (up{%(burstscopeSelector)s})",
+            comment="""
+                Whether the node's last scrape succeeded (1) or failed (0): up of each agent,
+                under a name of its own, so federation carries the agents' up and not every
+                job's. min without () keeps every label.
+                """,
+        ),
+        Record(
+            "instance:burstscope_sampler_up:min",
+            expr="min without () (burstscope_sampler_up{%(burstscopeSelector)s})",
+            comment="Whether the agent's 1 ms sampler process runs (1) or not (0).",
+        ),
+        Record(
+            "instance:burstscope_agent_cpu_seconds:rate1m",
+            expr="""
+                rate(process_cpu_seconds_total{%(burstscopeSelector)s}[1m])
+                  +
+                rate(burstscope_sampler_cpu_seconds_total{%(burstscopeSelector)s}[1m])
+                """,
+            comment="""
+                CPU of the whole agent, in cores over the last minute: its main process
+                (prometheus-client's process collector) plus its 1 ms sampler process.
+                """,
+        ),
+        Record(
+            "instance:burstscope_agent_resident_memory_bytes:sum",
+            expr="""
+                process_resident_memory_bytes{%(burstscopeSelector)s}
+                  +
+                burstscope_sampler_resident_memory_bytes{%(burstscopeSelector)s}
+                """,
+            comment="Resident memory of the agent's main process plus its sampler process.",
+        ),
+        Record(
+            "instance:burstscope_sampler_missed_ticks:rate1m",
+            expr="rate(burstscope_sampler_missed_ticks_total{%(burstscopeSelector)s}[1m])",
+            comment="Deadlines the 1 ms sampler skipped, per second over the last minute.",
+        ),
+        Record(
+            "instance_device_port_direction:burstscope_port_peak_utilization_ratio:topk20_max",
+            expr="""
+                topk by (%(clusterLabel)s, job) (20,
+                  max without (window) (
+                    burstscope_port_peak_utilization_ratio{%(burstscopeSelector)s}
+                  )
+                )
+                """,
+            comment="""
+                The 20 port directions of each cluster and scrape job with the highest 1 ms
+                peak of the last 75 s (the longest window), on this server. Exact under
+                federation: each port is on one shard, and a port in the fleet's top 20 has
+                fewer than 20 ports above it on its own shard, so it is in its shard's top 20;
+                topk(20) over the union of the shards' top 20s is the fleet's top 20.
+                """,
+        ),
+        Record(
+            "instance_device_port_direction:burstscope_port_data_bytes_per_line_rate:peak_topk20_ratio_irate1m",
+            expr="""
+                instance_device_port_direction:burstscope_port_data_bytes_per_line_rate:ratio_irate1m
+                  and on (%(clusterLabel)s, job, instance, device, port, direction)
+                instance_device_port_direction:burstscope_port_peak_utilization_ratio:topk20_max
+                """,
+            comment="""
+                The mean over the last scrape interval of those 20 hottest port directions,
+                for the fleet's table beside their peaks.
+                """,
+        ),
+        Record(
+            "instance_device_port_direction:burstscope_port_hidden_saturated_seconds:topk20_rate5m",
+            expr="""
+                topk by (%(clusterLabel)s, job) (20,
+                  rate(burstscope_port_hidden_saturated_seconds_total{%(burstscopeSelector)s}[5m])
+                )
+                """,
+            comment="""
+                The 20 port directions of each cluster and scrape job with the most hidden
+                saturated time over 5 m (saturated inside 15 s windows whose mean stayed under
+                25%), on this server; exact under federation as the peaks above.
+                """,
+        ),
+        Record(
+            "instance_job_id:burstscope_job_burst_bytes:rate5m",
+            expr="rate(burstscope_job_burst_bytes_total{%(burstscopeSelector)s}[5m])",
+            comment="Bytes per second inside bursts on each job's compute ports, over 5 m.",
+        ),
+        Record(
+            "instance_job_id:burstscope_job_compute_ports:count",
+            expr="""
+                count without (device, port, role, rule) (
+                  burstscope_job_port{%(burstscopeSelector)s, role="compute"}
+                )
+                """,
+            comment="How many compute ports each job holds on the node.",
+        ),
+        Record(
+            "instance:burstscope_ports_silent_under_job:count",
+            expr="""
+                count without (device, port) (
+                  burstscope_port_silent_under_job{%(burstscopeSelector)s} == 1
+                )
+                """,
+            comment="""
+                Ports silent under their running job (BurstscopePortSilentUnderJob). No series
+                when none is: count() of nothing is nothing.
+                """,
+        ),
+        Record(
+            "instance:burstscope_ports_below_peers:count",
+            expr="""
+                count without (device, port) (
+                  burstscope_port_below_peers{%(burstscopeSelector)s} == 1
+                )
+                """,
+            comment="Ports whose line rate is below their peers' (BurstscopePortBelowPeers).",
+        ),
+        Record(
+            "instance:burstscope_pfc_storms:sum",
+            expr="sum without () (burstscope_pfc_storms_total{%(burstscopeSelector)s})",
+            comment="""
+                The node's PFC storm counter under a name federation carries (one series per
+                node, no label to sum: the counter itself). The fleet panel takes its increase
+                over the last hour at query time, as it took the raw counter's, so no rule
+                reads an hour of raw samples.
+                """,
+        ),
+        Record(
+            "instance_cause:burstscope_throttled_seconds:rate1m",
+            expr="""
+                sum without (direction) (
+                  rate(burstscope_throttled_seconds_total{%(burstscopeSelector)s}[1m])
+                )
+                """,
+            comment="""
+                Throttled seconds of the node's port directions per second, by cause (pfc, ecn,
+                credit, clean), both directions summed, over the last minute.
+                """,
+        ),
+    ),
+)
+
+GROUPS = (RECORDING, SATURATION, PAGING, NODES, JOBS, FLEET, LINK)
 
 
 def recording_rules(selectors: Selectors = DEFAULT) -> str:

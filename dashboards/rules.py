@@ -51,9 +51,11 @@ class RecordingRules:
     def read(cls, path: Path = RECORDING_RULES) -> RecordingRules:
         return cls(tuple(recorded_names(path)), str(path))
 
-    def series(self, level: str, metric: str) -> str:
-        """The one recorded ``level:metric:...``; LookupError when there is none or several."""
-        prefix = f"{level}:{metric}:"
+    def series(self, level: str, metric: str, operations: str = "") -> str:
+        """The one recorded ``level:metric:...``; LookupError when there is none or several.
+        ``operations``: the start of the third part, where one level records one metric
+        twice (every port's series, and the hottest ports' under ``peak_topk20_...``)."""
+        prefix = f"{level}:{metric}:{operations}"
         found = [name for name in self.names if name.startswith(prefix)]
         if len(found) != 1:
             what = ", ".join(found) if found else "none"

@@ -169,20 +169,22 @@ def test_dashboards_plot_peaks_saturation_congestion_and_agent_health() -> None:
     fleet = " ".join(exprs(load("fleet-overview.json")))
     drill = " ".join(exprs(load("port-drilldown.json")))
     for needed in (
-        'burstscope_port_peak_utilization_ratio{cluster=~"$cluster", job=~"$job", '
-        'instance=~"$instance", device=~"$device", window="75s"}',
-        "burstscope_port_hidden_saturated_seconds_total",
+        # Every agent series recorded (per node, per job on a node, each server's hottest
+        # ports): a global server federating them draws the panels (test_federation.py).
+        "instance_device_port_direction:burstscope_port_peak_utilization_ratio:topk20_max"
+        '{cluster=~"$cluster", job=~"$job", instance=~"$instance", device=~"$device"}',
+        "instance_device_port_direction:burstscope_port_hidden_saturated_seconds:topk20_rate5m",
         "instance:burstscope_port_saturated_samples_per_samples:ratio_rate5m",
         "instance:burstscope_port_peak_utilization_above_90_percent_per_ports:ratio",
-        "process_cpu_seconds_total",
-        "process_resident_memory_bytes",
-        'up{cluster=~"$cluster", job=~"$job", instance=~"$instance"}',
+        "instance:burstscope_agent_cpu_seconds:rate1m",
+        "instance:burstscope_agent_resident_memory_bytes:sum",
+        'instance:burstscope_agent_up:min{cluster=~"$cluster", job=~"$job", instance=~"$instance"}',
         # The Jobs row: per job and node its shares, bursts and ports, filtered by job_id.
         "instance_job_id:burstscope_job_saturated_seconds_per_compute_port_directions"
         ':ratio_rate5m{cluster=~"$cluster", job=~"$job", instance=~"$instance", '
         'job_id=~"$job_id"}',
         "instance_job_id:burstscope_job_hidden_saturated_seconds_per_compute_port_directions",
-        "burstscope_job_burst_bytes_total",
+        "instance_job_id:burstscope_job_burst_bytes:rate5m",
         "group_left (user, name)\nburstscope_job_info",
         'burstscope_job_port{cluster=~"$cluster", job=~"$job", instance=~"$instance", '
         'job_id=~"$job_id"}',

@@ -27,7 +27,7 @@ import pytest
 from burstscope.straggler_watch import HELP as STRAGGLER_CONSUMER_HELP
 from burstscope.testing import simulated_fleet
 from burstscope.testing.emulated_node import CounterWriter, EmulatedNode, Load, running_agent
-from burstscope.testing.processes import free_port, wait_for
+from burstscope.testing.processes import free_port, wait_for, wait_until
 from burstscope.testing.slurm_jobs import start_job
 from dashboards.rules import recorded_names
 from tests.conftest import require_binary
@@ -205,11 +205,18 @@ def test_template_variable_queries_return_values(prometheus: Prometheus) -> None
 def test_recording_rules_produce_series(prometheus: Prometheus) -> None:
     names = recorded_names(DASHBOARDS / "prometheus" / "recording.rules.yml")
     # Per-node counts record nothing while nothing is counted: the emulated node writes
-    # no congestion counters, so no port is congested while saturated.
-    silent = {"instance:burstscope_ports_congested_while_saturated:count"}
+    # no congestion counters, so no port is congested while saturated; no port is silent
+    # under its job or below its peers. The PFC watchdog is off: no storm counter to record.
+    silent = {
+        "instance:burstscope_ports_congested_while_saturated:count",
+        "instance:burstscope_ports_silent_under_job:count",
+        "instance:burstscope_ports_below_peers:count",
+        "instance:burstscope_pfc_storms:sum",
+    }
     assert silent <= set(names)
 
     def missing() -> list[str]:
         return [n for n in names if n not in silent and not prometheus.query(n)["data"]["result"]]
 
-    wait_for(lambda: not missing(), 30, "every recording rule to produce a series")
+    wait_until(lambda: not missing(), 30)
+    assert missing() == []
