@@ -41,7 +41,8 @@ NOT_SIMULATED = (
     "burstscope_port_link_downed_total",
     # Settled 3 s behind the samples: not yet in the fleet's 5 s capture of a sim agent
     # (tests/test_operator_labels.py shows the panel's data from a longer-running agent).
-    "burstscope_throttled_seconds_total",
+    # The name without _total: the panel reads its recorded rate.
+    "burstscope_throttled_seconds",
     # The fleet consumer's (burstscope stragglers), not an agent's: tests/test_stragglers_live.py
     # shows their panels' data from a consumer a real Prometheus scrapes.
     *STRAGGLER_CONSUMER,
