@@ -328,3 +328,17 @@ def test_fleet_variables_list_the_nodes_on_the_global(federation: Federation) ->
     assert listed["instance"] == instances
     assert listed["job"] == ["burstscope"]
     assert listed["job_id"] and listed["cluster"] == []  # no cluster label in this fleet
+
+
+def test_the_global_holds_a_few_dozen_series_per_node(federation: Federation) -> None:
+    """What federation costs the global per node, beside its alerts and its ports among a
+    shard's hottest: dashboards/README.md, "Sharding", quotes it."""
+    per_node = answer(
+        federation.top,
+        'count by (instance) ({job="burstscope", __name__!~"ALERTS|.+:(peak_)?topk20_.+"})',
+    )
+    # At most 28 for a node with one job on 9 ports: 13 per node (the counts only while not
+    # 0), 4 per job, burstscope_info, burstscope_job_info and a burstscope_job_port per port
+    # the job holds; 7 more at most while ports are silent, below their peers, storming or
+    # throttled (4 causes), none of which the simulated nodes are.
+    assert len(per_node) == NODES and max(v for _, v in per_node) <= 28, per_node
