@@ -251,13 +251,7 @@ def make_fleet(
 
 
 def prometheus_config(tmp: Path, fleet: Fleet, interval: str, shorten_for: bool) -> Path:
-    names = []
-    for name in ("recording.rules.yml", "alerts.rules.yml"):
-        text = (DASHBOARDS / "prometheus" / name).read_text()
-        if shorten_for:
-            text = re.sub(r"^(\s+for:) \S+$", r"\1 2s", text, flags=re.MULTILINE)
-        (tmp / name).write_text(text)
-        names.append(name)
+    names = _rule_files(tmp, shorten_for)
     targets = [f"{n.address}:{fleet.port}" for n in fleet.nodes]
     config = tmp / "prometheus.yml"
     config.write_text(
