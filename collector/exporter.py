@@ -23,7 +23,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from burstscope.collector.jobs.model import JobFigures
+from burstscope.collector.jobs.model import COMPUTE, JobFigures
 from burstscope.collector.slow_poller import READ_BUCKETS_SECONDS, CounterState
 from burstscope.collector.snapshot import (
     TIMING_BUCKETS_SECONDS,
@@ -184,8 +184,10 @@ HELP: dict[str, str] = {
     "burstscope_info": "burstscope version and source (value 1).",
     "burstscope_job_info": "A job running on this node (value 1), one series per job: "
     "scheduler (slurm, kubernetes), user and name as the scheduler states them (Slurm's "
-    "prolog, the kubelet's pod-resources API); namespace and pod for Kubernetes. Absent when "
-    "no job runs or attribution is off.",
+    "prolog, the kubelet's pod-resources API); namespace and pod for Kubernetes; "
+    "compute_ports, the job's compute ports here as device/port, comma-separated (what the "
+    "job alerts name, read without a query per alert). Absent when no job runs or "
+    "attribution is off.",
     "burstscope_job_port": "A port held by a running job (value 1): role compute (counted in "
     "the job's figures) or storage (configured, reported apart); rule says what decided: "
     "whole_node, pcie_switch (the NIC shares a PCIe switch with the job's GPU), numa_node, "
@@ -354,11 +356,25 @@ class _Families:
 def _job_families(out: _Families, snap: Snapshot) -> None:
     """Four series per running job and one per port it holds (the ledger in
     dashboards/README.md); nothing of a job that ended."""
+    compute_ports: dict[str, list[str]] = {}
+    for holding in snap.jobs.holdings:  # in the table's order: by job, device, port
+        if holding.role == COMPUTE:
+            compute_ports.setdefault(holding.job_id, []).append(
+                f"{holding.device}/{holding.port}"
+            )
     for job in snap.jobs.jobs:
         out.gauge(
             "burstscope_job_info",
-            ("job_id", "scheduler", "user", "name", "namespace", "pod"),
-            [job.job_id, job.scheduler, job.user, job.name, job.namespace, job.pod],
+            ("job_id", "scheduler", "user", "name", "namespace", "pod", "compute_ports"),
+            [
+                job.job_id,
+                job.scheduler,
+                job.user,
+                job.name,
+                job.namespace,
+                job.pod,
+                ",".join(compute_ports.get(job.job_id, ())),
+            ],
             1,
         )
         figures = snap.job_figures.get(job.job_id, JobFigures())

@@ -46,7 +46,13 @@ def series_of(exposition: str) -> set[str]:
 
 
 def running_jobs(url: str) -> set[str]:
-    return set(re.findall(r'^burstscope_job_info\{job_id="([^"]+)"', scrape(url), re.MULTILINE))
+    return set(
+        re.findall(
+            r'^burstscope_job_info\{compute_ports="[^"]*",job_id="([^"]+)"',
+            scrape(url),
+            re.MULTILINE,
+        )
+    )
 
 
 def test_a_job_appears_with_its_ports_and_goes_with_its_epilog(
@@ -59,9 +65,10 @@ def test_a_job_appears_with_its_ports_and_goes_with_its_epilog(
     assert wait_until(lambda: running_jobs(url) == {"4242"})
     series = job_series(scrape(url))
     info = [line for line in series if line.startswith("burstscope_job_info")]
+    every_port = ",".join(f"{device}/{port}" for device, port in sorted(ports))
     assert info == [
-        'burstscope_job_info{job_id="4242",name="",namespace="",pod="",scheduler="slurm",'
-        'user="alice"} 1.0'
+        f'burstscope_job_info{{compute_ports="{every_port}",job_id="4242",name="",namespace="",'
+        'pod="",scheduler="slurm",user="alice"} 1.0'
     ]
     held = sorted(
         (m.group(1), int(m.group(2)))

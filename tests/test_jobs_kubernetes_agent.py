@@ -65,10 +65,10 @@ def test_pods_holding_gpus_and_devices_are_jobs_on_their_ports(
         'burstscope_job_burst_bytes_total{job_id="serve/infer-0"} 0.0',
         'burstscope_job_hidden_saturated_seconds_total{job_id="ml/trainer-0"} 0.0',
         'burstscope_job_hidden_saturated_seconds_total{job_id="serve/infer-0"} 0.0',
-        'burstscope_job_info{job_id="ml/trainer-0",name="",namespace="ml",pod="trainer-0",'
-        'scheduler="kubernetes",user=""} 1.0',
-        'burstscope_job_info{job_id="serve/infer-0",name="",namespace="serve",pod="infer-0",'
-        'scheduler="kubernetes",user=""} 1.0',
+        'burstscope_job_info{compute_ports="mlx5_0/1,mlx5_1/1",job_id="ml/trainer-0",name="",'
+        'namespace="ml",pod="trainer-0",scheduler="kubernetes",user=""} 1.0',
+        'burstscope_job_info{compute_ports="mlx5_2/1,mlx5_9/1",job_id="serve/infer-0",name="",'
+        'namespace="serve",pod="infer-0",scheduler="kubernetes",user=""} 1.0',
         # GPU 0 and 1 sit beside mlx5_0 and mlx5_1; the storage NIC shares their NUMA node.
         'burstscope_job_port{device="mlx5_0",job_id="ml/trainer-0",port="1",role="compute",'
         'rule="pcie_switch"} 1.0',

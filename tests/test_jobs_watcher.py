@@ -178,8 +178,8 @@ def test_the_job_families_are_four_series_per_job_and_one_per_held_port() -> Non
     ]
     exposition = scrape_of(JobTable.build(jobs, holdings), {"7": JobFigures(1.5, 0.25, 4096)})
     assert job_lines(exposition) == [
-        'burstscope_job_info{job_id="7",name="train-7",namespace="",pod="",scheduler="slurm",user="alice"} 1.0',  # noqa: E501
-        'burstscope_job_info{job_id="ml/trainer-0",name="",namespace="ml",pod="trainer-0",scheduler="kubernetes",user=""} 1.0',  # noqa: E501
+        'burstscope_job_info{compute_ports="mlx5_0/1",job_id="7",name="train-7",namespace="",pod="",scheduler="slurm",user="alice"} 1.0',  # noqa: E501
+        'burstscope_job_info{compute_ports="mlx5_1/1",job_id="ml/trainer-0",name="",namespace="ml",pod="trainer-0",scheduler="kubernetes",user=""} 1.0',  # noqa: E501
         'burstscope_job_saturated_seconds_total{job_id="7"} 1.5',
         'burstscope_job_saturated_seconds_total{job_id="ml/trainer-0"} 0.0',
         'burstscope_job_hidden_saturated_seconds_total{job_id="7"} 0.25',

@@ -49,7 +49,13 @@ class MetricsWatch:
             except OSError:
                 continue
             now = time.time()
-            jobs = set(re.findall(r'^burstscope_job_info\{job_id="([^"]+)"', body, re.MULTILINE))
+            jobs = set(
+                re.findall(
+                    r'^burstscope_job_info\{compute_ports="[^"]*",job_id="([^"]+)"',
+                    body,
+                    re.MULTILINE,
+                )
+            )
             for job_id in jobs - listed:
                 self.first.setdefault(job_id, now)
             for job_id in listed - jobs:
