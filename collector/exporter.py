@@ -359,9 +359,7 @@ def _job_families(out: _Families, snap: Snapshot) -> None:
     compute_ports: dict[str, list[str]] = {}
     for holding in snap.jobs.holdings:  # in the table's order: by job, device, port
         if holding.role == COMPUTE:
-            compute_ports.setdefault(holding.job_id, []).append(
-                f"{holding.device}/{holding.port}"
-            )
+            compute_ports.setdefault(holding.job_id, []).append(f"{holding.device}/{holding.port}")
     for job in snap.jobs.jobs:
         out.gauge(
             "burstscope_job_info",
