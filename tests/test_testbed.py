@@ -221,7 +221,10 @@ def test_every_burst_found_on_time(testbed_run: Run) -> None:
         if overlapping.size > 1:
             pauses = found.start_ns[overlapping[1:]] - found.end_ns[overlapping[:-1]]
             if int(pauses.max()) > MAX_WIRE_PAUSE_NS:
-                problems.append(f"burst at {start}: split by {int(pauses.max()) / 1e6:.1f} ms")
+                problems.append(
+                    f"burst at {start}: split by {int(pauses.max()) / 1e6:.1f} ms; "
+                    f"{_around(testbed_run, start, end)}"
+                )
                 continue
             disturbed.append(f"burst at {start}: the wire paused {int(pauses.max()) / 1e6} ms")
             disturbed_spans.append((start, end))
@@ -317,3 +320,13 @@ def _explain(run: Run, starts: list[int]) -> list[str]:
             f"(starved {nearest.get('starved_ns', 0)}); sample steps around: {steps}"
         )
     return lines
+
+
+def _around(run: Run, start: int, end: int) -> str:
+    """Sample steps (us) and bytes per sample across a sent burst, for a failure message."""
+    near = np.flatnonzero(
+        (run.timestamp_ns > start - 3_000_000) & (run.timestamp_ns < end + 3_000_000)
+    )
+    steps = (np.diff(run.timestamp_ns[near]) // 1000).tolist()
+    sent = np.diff(run.xmit_bytes[near].astype(np.int64)).tolist()
+    return f"steps us {steps}; bytes {sent}"
