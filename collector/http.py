@@ -44,6 +44,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import ThreadingWSGIServer, choose_encoder, gzip_accepted
 from prometheus_client.metrics_core import Metric
 
+from burstscope.collector.threads import name_os_thread
 from burstscope.collector.web_config import (
     BasicAuth,
     TokenBucket,
@@ -424,10 +425,12 @@ class MetricsServer:
         # port 0 the port the kernel chose.
         bound = str(self._httpd.server_address[0])
         self.address = f"[{bound}]:{self.port}" if ":" in bound else f"{bound}:{self.port}"
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="burstscope-http", daemon=True
-        )
+        self._thread = threading.Thread(target=self._serve, name="burstscope-http", daemon=True)
         self._thread.start()
+
+    def _serve(self) -> None:
+        name_os_thread()
+        self._httpd.serve_forever()
 
     def close(self) -> None:
         self._httpd.shutdown()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, cast, runtime_checkable
 
 from burstscope.collector.sources.base import PortSpec, SlowReading, SlowSource
+from burstscope.collector.threads import name_os_thread
 from burstscope.detectors.counters import CounterTracker
 from burstscope.detectors.pfc_watchdog import (
     DEFAULT_END_THRESHOLD,
@@ -196,6 +197,7 @@ class PfcWatchdog:
                     _LOG.debug("closing %s: %s", state.source.name, exc)
 
     def _run(self) -> None:
+        name_os_thread()
         interval = self.settings.interval_ns
         due = time.monotonic_ns()
         while not self._stop.is_set():

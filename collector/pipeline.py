@@ -51,6 +51,7 @@ from burstscope.collector.snapshot import (
 from burstscope.collector.sources.base import CounterSource, PortSpec, SlowSource
 from burstscope.collector.step_summaries import LiveSteps
 from burstscope.collector.supervisor import Supervisor
+from burstscope.collector.threads import name_os_thread
 from burstscope.collector.throttle_live import LiveThrottle
 from burstscope.collector.trace.schema import PortColumns
 from burstscope.detectors.analyzer import Chunk, DirectionAnalyzer
@@ -221,6 +222,7 @@ class Pipeline:
         return tuning_notes(self._ring, self.sampler.config) if self._ring is not None else []
 
     def _run(self) -> None:
+        name_os_thread()
         # Supervision and reload requests keep the 100 ms cadence whatever the drain's.
         next_drain = time.monotonic() + self.drain_seconds
         while not self._stop.wait(min(DRAIN_SECONDS, self.drain_seconds)):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from burstscope.collector.sources.base import SlowReading, SlowSource
+from burstscope.collector.threads import name_os_thread
 from burstscope.collector.trace.schema import SlowRow
 from burstscope.detectors.counters import CounterTracker
 
@@ -238,6 +239,7 @@ class SlowPoller:
         self.stop()
 
     def _run(self, generation: int) -> None:
+        name_os_thread()
         try:
             while not self._stop.is_set() and generation == self._generation:
                 now = time.monotonic_ns()

@@ -22,6 +22,7 @@ from burstscope.collector.jobs.model import (
     JobSource,
     JobTable,
 )
+from burstscope.collector.threads import name_os_thread
 
 _LOG = logging.getLogger(__name__)
 
@@ -146,6 +147,7 @@ class JobWatcher:
         self._thread.start()
 
     def _run(self) -> None:
+        name_os_thread()
         while not self._stop.wait(self.poll_seconds):
             try:
                 self.poll_once()

@@ -51,6 +51,7 @@ from burstscope.collector.mqtt.policy import (
 )
 from burstscope.collector.mqtt.settings import MqttSettings, MqttSettingsError
 from burstscope.collector.mqtt.spool import open_spool
+from burstscope.collector.threads import name_os_thread
 from burstscope.detectors.link_events import LinkEventDeriver
 
 if TYPE_CHECKING:
@@ -288,6 +289,7 @@ class MqttHandle:
         return settings, kept
 
     def _thread_main(self, spool: Any) -> None:
+        name_os_thread()
         try:
             asyncio.run(self._main(spool))
         except BaseException as exc:  # report to start(); the agent keeps sampling
