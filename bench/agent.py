@@ -14,7 +14,11 @@
    beside one long job), (a'') the same tree tailing an NCCL Inspector dump directory
    (``--nccl-inspector-dir``) that a thread of this benchmark writes at 1,000 verbose records
    a second (burstscope.testing.inspector_dumps: EP and DP collectives covering all of the
-   time, a dump every 0.1 s), (b) ``--source sim`` and (b') ``--source sim --pfc-watchdog``
+   time, a dump every 0.1 s; a writer runs alike during (a), (a'), (a'') and (a2), as a
+   training job's would whether the agent reads it or not, each into a directory of its
+   own), (a2) (a) again, so the main process without either is the mean of a run before
+   and one after, (b) ``--source sim`` and (b')
+   ``--source sim --pfc-watchdog``
    (the PFC storm watchdog polling the simulated node's 18 pause counters at 10 Hz), and
    where Debian's ``mosquitto`` is installed (c) ``--source sim --mqtt URL`` with
    ``[steps] publish = false`` and (c') the same publishing a summary of every step of the
@@ -50,7 +54,8 @@ loop's + 0.001, ready <= 2 s, ``--version`` and ``discover`` <= 0.25 s CPU, the 
 agent with job attribution <= 1.05x its CPU without: the tree of (a) plus the difference
 of the main processes of (a') and (a), where attribution runs (the sampler's own CPU swings
 by a third between runs; the raw ratio of the trees is printed too); and the same for the
-collective labels, (a'') against (a), at the records rate the writer reached; and the same
+collective labels, (a'') against (a) and (a2), at the records rate the writer reached,
+beside the tail's own thread read exactly (``bs-collectives``, its schedstat); and the same
 for the PFC watchdog, (b') against (b), judged as the points of a core it adds to the main
 process (``pfc_watchdog_main_cpu_delta_percent`` <= 1); and the same for the step
 summaries, (c') against (c) (``steps_main_cpu_delta_percent`` <= 1). The
@@ -229,6 +234,18 @@ class Tree:
                 out[role(child)] += StatClock().seconds(child)
         return out
 
+    def threads(self) -> dict[str, float]:
+        """CPU seconds of the main process's threads by OS name (collector/threads.py), from
+        /proc/PID/task/TID/schedstat (nanoseconds on a CPU; proc(5))."""
+        out: dict[str, float] = {}
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{self.pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    name = (task / "comm").read_text().strip()
+                    on_cpu = int((task / "schedstat").read_text().split()[0]) / 1e9
+                    out[name] = out.get(name, 0.0) + on_cpu
+        return out
+
     def memory_mb(self) -> tuple[float, float]:
         pss = rss = 0
         for pid in [self.pid, *descendants(self.pid)]:
@@ -247,7 +264,7 @@ def measure_window(
     latencies.append(seconds)
     ticks0 = metric(body, "burstscope_sampler_ticks_total")
     missed0 = metric(body, "burstscope_sampler_missed_ticks_total")
-    cpu0, wall0 = tree.cpu(), time.monotonic()
+    cpu0, threads0, wall0 = tree.cpu(), tree.threads(), time.monotonic()
     end = wall0 + duration
     next_scrape = wall0 + scrape_every
     while (now := time.monotonic()) < end:
@@ -256,7 +273,7 @@ def measure_window(
             seconds, body = scrape(url)
             latencies.append(seconds)
             next_scrape += scrape_every
-    cpu1, wall1 = tree.cpu(), time.monotonic()
+    cpu1, threads1, wall1 = tree.cpu(), tree.threads(), time.monotonic()
     pss, rss = tree.memory_mb()
     seconds, body = scrape(url)
     latencies.append(seconds)
@@ -270,6 +287,12 @@ def measure_window(
         "pss_mb": pss,
         "rss_mb": rss,
         "window_seconds": round(wall, 2),
+        # The main process's named threads (a thread that ended is not counted).
+        "threads_cpu_percent": {
+            name: round((threads1[name] - threads0.get(name, 0.0)) / wall * 100, 3)
+            for name in sorted(threads1)
+            if name.startswith("bs-")
+        },
         "latencies": latencies,
     }
     ticks1 = metric(body, "burstscope_sampler_ticks_total")
@@ -422,7 +445,14 @@ def wait_for_tree(tree: Path, writer: subprocess.Popen[bytes], ports: int = 9) -
     time.sleep(1.0)  # past the first updates
 
 
-AGENT_RUNS = ("sysfs", "sysfs_jobs", "sysfs_collectives", "sim", "sim_pfc_watchdog")
+AGENT_RUNS = (
+    "sysfs",
+    "sysfs_jobs",
+    "sysfs_collectives",
+    "sysfs_again",
+    "sim",
+    "sim_pfc_watchdog",
+)
 
 
 def ethtool_gstats_cost(net: Path = Path("/sys/class/net")) -> dict[str, Any] | None:
@@ -537,7 +567,9 @@ def summary(result: dict[str, Any]) -> str:
         f"collective labels, {result['collective_records_per_second']} records/s: main process "
         f"+{result['collectives_main_cpu_delta_percent']} points, whole agent "
         f"{result['collectives_cpu_ratio']}x (raw trees "
-        f"{result['collectives_whole_tree_ratio_raw']}x)"
+        f"{result['collectives_whole_tree_ratio_raw']}x); the tail's thread alone "
+        f"{result['collectives_thread_cpu_percent']}% of a core, "
+        f"{result['collectives_thread_cpu_ratio']}x"
     )
     lines.append(
         "PFC watchdog at 10 Hz (sim): main process "
@@ -634,7 +666,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="burstscope-bench-agent-") as scratch_name:
         scratch = Path(scratch_name)
         tree = scratch / "sysfs"
-        total = 4 * args.duration + 200
+        # Long enough for every run on the tree, the C loop's second half the last of them:
+        # each agent run is its window, ready, settle and 40 scrapes 0.25 s apart.
+        total = 10 * args.duration + 400
         writer_command = [
             *burstscope_command(),
             "simulate",
@@ -650,30 +684,46 @@ def main(argv: list[str] | None = None) -> int:
             half = args.duration / 2
             clock = StatClock()
             reference: Measurement = run_reference(binary, config, cpu, half, clock, files)
-            result["sysfs"] = run_agent(
-                ["--sysfs-root", str(tree), "--no-jobs"], args.duration, scratch, "sysfs"
-            )
+
+            # The Inspector's writer (the training job's, on a real node) runs whether the
+            # agent reads it or not: through (a), (a'), (a'') and (a2) alike, so the runs
+            # compared share its load and only the reading differs. Each run gets a directory
+            # of its own, so (a'') starts at a file's beginning as an agent started with the
+            # job would, not behind minutes of records.
+            def dumping(name: str) -> PacedWriter:
+                return PacedWriter(
+                    scratch / name, lambda start, end: ["EP", "DP"], COLLECTIVE_RECORDS_PER_SECOND
+                )
+
+            with dumping("inspector-a").running():
+                result["sysfs"] = run_agent(
+                    ["--sysfs-root", str(tree), "--no-jobs"], args.duration, scratch, "sysfs"
+                )
             jobs = scratch / "jobs"
-            with churning_jobs(jobs):
+            with dumping("inspector-jobs").running(), churning_jobs(jobs):
                 result["sysfs_jobs"] = run_agent(
                     ["--sysfs-root", str(tree), "--slurm-jobs-dir", str(jobs)],
                     args.duration,
                     scratch,
                     "sysfs-jobs",
                 )
-            dumps = scratch / "inspector"
-            dump = PacedWriter(
-                dumps, lambda start, end: ["EP", "DP"], COLLECTIVE_RECORDS_PER_SECOND
-            )
+            dump = dumping("inspector")
             with dump.running():
                 began = time.monotonic()
                 result["sysfs_collectives"] = run_agent(
-                    ["--sysfs-root", str(tree), "--no-jobs", "--nccl-inspector-dir", str(dumps)],
+                    [
+                        *("--sysfs-root", str(tree), "--no-jobs"),
+                        *("--nccl-inspector-dir", str(dump.path.parent)),
+                    ],
                     args.duration,
                     scratch,
                     "sysfs-collectives",
                 )
                 rate = dump.written / (time.monotonic() - began)
+            with dumping("inspector-a2").running():
+                result["sysfs_again"] = run_agent(
+                    ["--sysfs-root", str(tree), "--no-jobs"], args.duration, scratch, "sysfs-again"
+                )
             result["collective_records_per_second"] = round(rate, 1)
             result["sim"] = run_agent(["--source", "sim"], args.duration, scratch, "sim")
             result["sim_pfc_watchdog"] = run_agent(
@@ -704,21 +754,33 @@ def main(argv: list[str] | None = None) -> int:
     # Attribution runs in the main process only (the sampler process has no job code), and
     # the sampler's CPU swings by a third between two runs of the same code on this VM: the
     # whole tree with jobs is taken as the tree without plus the main processes' difference.
-    jobs_main = result["sysfs_jobs"]["main_cpu_percent"] - result["sysfs"]["main_cpu_percent"]
+    # The main process without either: the mean of (a), before them, and (a2), after.
+    baseline_main = (
+        result["sysfs"]["main_cpu_percent"] + result["sysfs_again"]["main_cpu_percent"]
+    ) / 2
+    baseline_whole = (result["sysfs"]["cpu_percent"] + result["sysfs_again"]["cpu_percent"]) / 2
+    result["sysfs_main_cpu_percent_mean"] = round(baseline_main, 3)
+    result["sysfs_cpu_percent_mean"] = round(baseline_whole, 3)
+    jobs_main = result["sysfs_jobs"]["main_cpu_percent"] - baseline_main
     result["jobs_main_cpu_delta_percent"] = round(jobs_main, 3)
-    result["jobs_cpu_ratio"] = round(1 + jobs_main / result["sysfs"]["cpu_percent"], 3)
+    result["jobs_cpu_ratio"] = round(1 + jobs_main / baseline_whole, 3)
     result["jobs_whole_tree_ratio_raw"] = round(
-        result["sysfs_jobs"]["cpu_percent"] / result["sysfs"]["cpu_percent"], 3
+        result["sysfs_jobs"]["cpu_percent"] / baseline_whole, 3
     )
     # The labels run in the main process only (the tail's thread, a listener in the drain):
     # the same comparison as the jobs'.
-    labels_main = (
-        result["sysfs_collectives"]["main_cpu_percent"] - result["sysfs"]["main_cpu_percent"]
-    )
+    labels_main = result["sysfs_collectives"]["main_cpu_percent"] - baseline_main
     result["collectives_main_cpu_delta_percent"] = round(labels_main, 3)
-    result["collectives_cpu_ratio"] = round(1 + labels_main / result["sysfs"]["cpu_percent"], 3)
+    result["collectives_cpu_ratio"] = round(1 + labels_main / baseline_whole, 3)
+    # The tail's own thread, read exactly (its schedstat): the labels' cost less what they
+    # add to the pipeline thread (keeping each drained chunk's samples), so a lower bound.
+    thread = result["sysfs_collectives"]["threads_cpu_percent"].get("bs-collectives")
+    result["collectives_thread_cpu_percent"] = thread
+    result["collectives_thread_cpu_ratio"] = (
+        None if thread is None else round(1 + thread / baseline_whole, 3)
+    )
     result["collectives_whole_tree_ratio_raw"] = round(
-        result["sysfs_collectives"]["cpu_percent"] / result["sysfs"]["cpu_percent"], 3
+        result["sysfs_collectives"]["cpu_percent"] / baseline_whole, 3
     )
     # The watchdog runs in the main process only (its thread; the sampler has none of it).
     watchdog_main = (

@@ -11,6 +11,7 @@ each moment. Labels wait ``label_delay`` (2 s), so every wait here is on a condi
 from __future__ import annotations
 
 import logging
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from burstscope.collector.collectives.live import (
     CLASSES,
@@ -315,3 +318,84 @@ def test_labels_wait_for_the_delay_and_hidden_time_waits_for_its_window(
     labels.on_chunk(key, chunk([(end - BASE_NS) // MS + 1], [], closed), Thresholds())
     labels.settle(end + 2 * SECOND_NS)
     assert totals()["hidden"] == {"EP": 0.002, "PP": 0, "DP": 0.002, "other": 0, "none": 0}
+
+
+def _span_columns(starts_ms: list[int], lengths_ms: list[int]) -> Any:
+    """Verbose-record spans (microseconds, the plugin's unit) of one EP collective."""
+    from burstscope.collector.collectives.nccl_inspector import SpanKind, Spans
+
+    start_us = (BASE_NS // 1000) + np.array(starts_ms, dtype=np.int64) * 1000
+    kind = SpanKind(socket.gethostname(), "v4.0", "0x1", None, 8, 1, "AllToAll")
+    return Spans(
+        (kind,),
+        np.zeros(len(starts_ms), dtype=np.int64),
+        start_us,
+        start_us + np.array(lengths_ms, dtype=np.int64) * 1000,
+    )
+
+
+def test_the_store_forgets_spans_past_its_horizon_and_keeps_the_rest() -> None:
+    """A span per 10 ms for 30 s; forgotten at 30 s with a 10 s horizon, what is kept
+    spans the last 10 s (a few more, at most twice the horizon) and tags are unchanged."""
+    store = SpanStore(horizon_ns=10 * SECOND_NS)
+    starts = list(range(0, 30_000, 10))
+    store.add(_span_columns(starts, [5] * len(starts)))
+    before = store.tag(BASE_NS + 25 * SECOND_NS, BASE_NS + 26 * SECOND_NS)
+    store.forget(BASE_NS + 30 * SECOND_NS)
+    kept_starts = store.kept()[0]
+    assert kept_starts.size <= 2 * 1000 + 1  # at most twice the horizon's spans
+    assert int(kept_starts.min()) >= BASE_NS + 10 * SECOND_NS
+    assert int(store.kept()[1].min()) >= BASE_NS + 20 * SECOND_NS - 5 * MS
+    assert store.tag(BASE_NS + 25 * SECOND_NS, BASE_NS + 26 * SECOND_NS) == before
+
+
+def test_one_span_longer_than_the_horizon_does_not_keep_the_others() -> None:
+    store = SpanStore(horizon_ns=10 * SECOND_NS)
+    starts = [0, *range(1, 30_000, 10)]
+    lengths = [60 * 60 * 1000] + [5] * (len(starts) - 1)  # an hour-long one first
+    store.add(_span_columns(starts, lengths))
+    store.forget(BASE_NS + 30 * SECOND_NS)
+    ends = store.kept()[1]
+    # Every span kept ends within the horizon: the hour-long one and the last 10 s.
+    assert int(ends.min()) >= BASE_NS + 20 * SECOND_NS
+    assert ends.size <= 1000 + 1
+
+
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.lists(st.tuples(st.integers(0, 40_000), st.integers(1, 3_000)), max_size=60),
+            st.integers(0, 40_000),  # a forget at this many ms, plus the horizon
+        ),
+        max_size=16,
+    )
+)
+@settings(max_examples=80, deadline=None)
+def test_the_store_keeps_every_batch_sorted_and_forgets_only_what_ended(
+    steps: list[list[tuple[int, int]] | int],
+) -> None:
+    """Batches in any order (late records start before those kept), forgets between them,
+    in a buffer small enough to grow and compact: what is kept is always what a sorted
+    list would keep, and a forget drops only spans that ended before its horizon."""
+    horizon_ms = 10_000
+    store = SpanStore(horizon_ns=horizon_ms * MS)
+    store._buffer = np.empty((3, 8), dtype=np.int64)
+    model: list[tuple[int, int]] = []  # (start, end) in ms, sorted by start, stable
+    for step in steps:
+        if isinstance(step, list):
+            if step:
+                store.add(_span_columns([s for s, _ in step], [n for _, n in step]))
+                model = sorted(model + [(s, s + n) for s, n in step], key=lambda x: x[0])
+        else:
+            oldest = step  # forget(now) with now = oldest + the horizon
+            store._forgotten_at = 0  # every forget here runs, however close the last
+            store.forget(BASE_NS + (oldest + horizon_ms) * MS)
+            live = {span for span in model if span[1] >= oldest}
+            kept_now = [
+                ((a - BASE_NS) // MS, (b - BASE_NS) // MS) for a, b in store.kept()[:2].T.tolist()
+            ]
+            assert live <= set(kept_now)  # nothing that ends within the horizon is lost
+            assert set(kept_now) <= set(model)
+            model = [span for span in model if span in set(kept_now)]
+        kept = [((a - BASE_NS) // MS, (b - BASE_NS) // MS) for a, b in store.kept()[:2].T.tolist()]
+        assert kept == model

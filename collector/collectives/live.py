@@ -7,7 +7,7 @@ closed bursts wait here until ``label_delay_ns`` has passed since they ended, an
 labelled with the spans known by then (detectors/collective_join.ClassRuns: a sample's class
 set is the OR of the classes of the spans overlapping it). A collective still running when
 its sample is labelled, or dumped later than the delay, is missed: that sample counts as
-``none``. The default, 2 s, covers a dump interval of up to 1.25 s, the tail's 0.5 s poll and
+``none``. The default, 2 s, covers a dump interval of up to 0.75 s, the tail's 1 s poll and
 the pipeline's drain; a longer dump interval needs a longer delay (``[collectives]
 label_delay``), and every burst event waits that long too.
 
@@ -18,11 +18,11 @@ analyzer's own decision (a saturated sample inside a 15 s window whose mean stay
 busy): each closed coarse window says whether it was quiet, and its labelled saturated time
 goes to the hidden totals of its classes once both are known.
 
-Memory is bounded: spans are kept as three integers each for ``horizon_ns`` (10 s) and
-forgotten after, samples and bursts for the label delay. Spans of one class that overlap
-are merged before labelling (detectors/collective_join.ClassRuns): the class sets that come
-out are the same, and the many ranks of one host that record the same collective cost one
-run.
+Memory is bounded: spans are kept as three integers each for ``horizon_ns`` (10 s, at most
+twice that: SpanStore.forget) and forgotten after, samples and bursts for the label delay.
+Spans of one class that overlap are merged before labelling (detectors/collective_join.
+ClassRuns): the class sets that come out are the same, and the many ranks of one host that
+record the same collective cost one run.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from burstscope.collector.collectives.nccl_inspector import (
     Spans,
 )
 from burstscope.collector.collectives.tail import OTHER_HOST, DumpDirectoryTail
+from burstscope.collector.threads import name_os_thread
 from burstscope.detectors.analyzer import Chunk
 from burstscope.detectors.arrays import I64
 from burstscope.detectors.collective_classes import (
@@ -88,9 +89,14 @@ _EMPTY = np.empty(0, dtype=np.int64)
 UNPLACED = "unplaced"
 BAD_TIMES = "bad_span"
 SKIP_KINDS = (MALFORMED, OVERSIZED, TRUNCATED, OTHER_HOST, UNPLACED, BAD_TIMES)
-# How often the tail reads its files and the labels settle.
-# Each poll has a cost of its own (a directory scan, a settle): twice a second, not more.
-POLL_SECONDS = 0.5
+# How often the tail reads its files. Each poll has a cost of its own (a thread that wakes
+# from idle runs cold for a millisecond or two, a directory scan): once a second.
+POLL_SECONDS = 1.0
+# How often the labels settle. Their totals are counters, scraped every 15 s, and a settle's
+# cost is mostly its own: in the running agent, 0.73 ms to label a second's samples, 1.47 ms
+# for five seconds' (docs/performance.md), so every 5 s costs 0.3 ms a second, not 0.73.
+SETTLE_SECONDS = 5.0
+_INITIAL_SPANS = 4096
 # Distinct communications kept for the largest-group inference; a job that builds
 # communicators without end (a restart loop) starts the inference afresh past this.
 _MAX_COMMUNICATIONS = 4096
@@ -166,9 +172,13 @@ class SpanStore:
         self._classes: dict[tuple[Any, ...], int] = {}  # communication -> key id
         self._communications: dict[tuple[Any, ...], Communication] = {}
         self._largest: tuple[int, int | None] | None = None
-        # Every span kept, sorted by start: a poll's spans are merged in (they mostly start
-        # after those kept: a copy, no sort of the whole), a forget cuts the old ones off.
-        self._spans = np.empty((3, 0), dtype=np.int64)  # rows: start, end, key id
+        # Every span kept, sorted by start, in columns lo..hi of a buffer with room to grow:
+        # a poll's spans go after them (they mostly start after those kept: only the new
+        # ones are copied, and those kept that start after the earliest new one re-sorted);
+        # a forget moves lo past the old ones, and the buffer is compacted when full. Every
+        # write and every read of it holds the lock (readers copy the few columns they use).
+        self._buffer = np.empty((3, _INITIAL_SPANS), dtype=np.int64)  # start, end, key id
+        self._lo = self._hi = 0
         self._longest = 0  # the longest span kept (bounds how far back an overlap starts)
         self._forgotten_at = 0
         # (communicator id, collective) -> key id: the lookup of all but a record's first.
@@ -197,15 +207,39 @@ class SpanStore:
         new[1] *= 1000
         new[:2] += self.offset_ns
         new[2] = self._key_ids_of(spans.kinds, kind)
+        new = new[:, np.argsort(new[0], kind="stable")]
         with self._lock:
-            kept = self._spans
-            merged = np.concatenate((kept, new), axis=1)
-            # Only the part from the earliest new start on can be out of order.
-            first = int(np.searchsorted(kept[0], int(new[0].min()), side="right"))
-            order = np.argsort(merged[0, first:], kind="stable")
-            merged[:, first:] = merged[:, first:][:, order]
-            self._spans = merged
+            self._room(count)
+            kept = self._buffer[:, self._lo : self._hi]
+            # Only those kept that start after the earliest new start can be out of order.
+            first = self._lo + int(np.searchsorted(kept[0], int(new[0, 0]), side="right"))
+            if first < self._hi:
+                merged = np.concatenate((self._buffer[:, first : self._hi], new), axis=1)
+                order = np.argsort(merged[0], kind="stable")
+                self._buffer[:, first : self._hi + count] = merged[:, order]
+            else:
+                self._buffer[:, self._hi : self._hi + count] = new
+            self._hi += count
             self._longest = max(self._longest, int((new[1] - new[0]).max()))
+
+    def _room(self, count: int) -> None:
+        """Room for ``count`` more after hi: the kept spans moved to the buffer's start, in
+        a larger buffer if they fill half of it (under the lock)."""
+        if self._hi + count <= self._buffer.shape[1]:
+            return
+        kept = self._hi - self._lo
+        size = self._buffer.shape[1]
+        while kept + count > size // 2:
+            size *= 2
+        buffer = np.empty((3, size), dtype=np.int64) if size != self._buffer.shape[1] else None
+        target = self._buffer if buffer is None else buffer
+        target[:, :kept] = self._buffer[:, self._lo : self._hi]  # copy: may overlap in place
+        self._buffer, self._lo, self._hi = target, 0, kept
+
+    def kept(self) -> I64:
+        """The spans kept (rows start, end, key id; sorted by start), a copy."""
+        with self._lock:
+            return self._buffer[:, self._lo : self._hi].copy()
 
     def forget(self, now_ns: int) -> None:
         """Drop the spans that ended more than the horizon ago (at most once a second)."""
@@ -214,11 +248,19 @@ class SpanStore:
         self._forgotten_at = now_ns
         oldest = now_ns - self.horizon_ns
         with self._lock:
-            keep = self._spans[1] >= oldest
-            if not keep.all():
-                self._spans = self._spans[:, keep]
-                lengths = self._spans[1] - self._spans[0]
-                self._longest = int(lengths.max()) if lengths.size else 0
+            spans = self._buffer[:, self._lo : self._hi]
+            if self._longest <= self.horizon_ns:
+                # Sorted by start, so a span starting more than the longest before ``oldest``
+                # ended before it: those are a prefix, one binary search (an ended span that
+                # started later stays until its start is that old: memory for at most twice
+                # the horizon).
+                self._lo += int(np.searchsorted(spans[0], oldest - self._longest, side="left"))
+            else:  # one very long span must not keep every other span as long
+                keep = spans[:, spans[1] >= oldest]
+                self._buffer[:, : keep.shape[1]] = keep
+                self._lo, self._hi = 0, keep.shape[1]
+            lengths = self._buffer[1, self._lo : self._hi] - self._buffer[0, self._lo : self._hi]
+            self._longest = int(lengths.max()) if lengths.size else 0
 
     def _key_ids_of(self, kinds: Sequence[SpanKind], kind: I64) -> I64:
         """Each record's key id: a lookup per kind once every kind is classified."""
@@ -277,13 +319,14 @@ class SpanStore:
 
     def _overlapping(self, lo_ns: int, hi_ns: int) -> tuple[I64, I64, I64]:
         with self._lock:
-            spans, longest = self._spans, self._longest
-        # Those overlapping start before hi and at most the longest span before lo: a binary
-        # search each, then only those few are compared.
-        first = int(np.searchsorted(spans[0], lo_ns - longest, side="left"))
-        last = int(np.searchsorted(spans[0], hi_ns, side="left"))
-        near = spans[:, first:last]
-        starts, ends, ids = near[:, near[1] > lo_ns]
+            spans = self._buffer[:, self._lo : self._hi]
+            # Those overlapping start before hi and at most the longest span before lo: a
+            # binary search each, then only those few are compared (a copy: the buffer is
+            # written in place once the lock is released).
+            first = int(np.searchsorted(spans[0], lo_ns - self._longest, side="left"))
+            last = int(np.searchsorted(spans[0], hi_ns, side="left"))
+            near = spans[:, first:last]
+            starts, ends, ids = near[:, near[1] > lo_ns]
         return starts, ends, ids
 
     def runs(self, lo_ns: int, hi_ns: int) -> ClassRuns:
@@ -495,7 +538,11 @@ def _columns(parts: list[tuple[I64, I64, I64]]) -> tuple[I64, I64, I64]:
 
 
 class CollectiveTail:
-    """The thread that tails the dump directories, keeps their spans and settles the labels."""
+    """The thread that tails the dump directories, keeps their spans and settles the labels.
+
+    It reads once a poll (a second), so a record is kept within a poll of its dump, and
+    settles once every ``settle_seconds``.
+    """
 
     def __init__(
         self,
@@ -503,13 +550,16 @@ class CollectiveTail:
         store: SpanStore,
         labels: CollectiveLabels,
         poll_seconds: float = POLL_SECONDS,
+        settle_seconds: float = SETTLE_SECONDS,
     ) -> None:
         self.tail = tail
         self.store = store
         self.labels = labels
         self.poll_seconds = poll_seconds
+        self.settle_seconds = settle_seconds
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._settled_at = time.monotonic()
 
     def start(self) -> None:
         self._thread = threading.Thread(
@@ -530,9 +580,13 @@ class CollectiveTail:
         self.labels.settle(time.time_ns())
 
     def _run(self) -> None:
+        name_os_thread()
         while not self._stop.wait(self.poll_seconds):
             try:
-                self.poll()
+                self.store.add(self.tail.poll())
+                if time.monotonic() - self._settled_at >= self.settle_seconds:
+                    self._settled_at = time.monotonic()
+                    self.labels.settle(time.time_ns())
             except Exception:  # a bug here must not end the labels for the run
                 _LOG.exception("collective labels: a poll failed")
 
