@@ -10,6 +10,7 @@ each moment. Labels wait ``label_delay`` (2 s), so every wait here is on a condi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import subprocess
@@ -215,6 +216,8 @@ def test_a_file_deleted_mid_run_and_a_directory_made_late_are_fine(
     caplog.set_level(logging.INFO, logger="burstscope.collector.collectives.tail")
     with running_agent(node.root, "--nccl-inspector-dir", str(dumps)) as (agent, url):
         assert wait_until(lambda: "does not exist" in caplog.text)
+        # What docs/operations.md tells an operator top -H shows (and bench/agent.py reads).
+        assert {"bs-pipeline", "bs-http", "bs-collectives"} <= _thread_names()
         with PacedWriter(dumps, phase).running() as writer:
             assert wait_until(lambda: series(url)["burstscope_collective_files"] == 1)
             writer.path.unlink()
@@ -226,6 +229,15 @@ def test_a_file_deleted_mid_run_and_a_directory_made_late_are_fine(
             )
         assert agent.collectives is not None
     assert "a poll failed" not in caplog.text
+
+
+def _thread_names() -> set[str]:
+    """The kernel's names (comm) of this process's threads: the in-process agent's among them."""
+    names = set()
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            names.add((task / "comm").read_text().strip())
+    return names
 
 
 def test_bad_collective_flags_and_keys_are_one_line_and_exit_2(tmp_path: Path) -> None:

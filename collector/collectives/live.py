@@ -231,8 +231,7 @@ class SpanStore:
         size = self._buffer.shape[1]
         while kept + count > size // 2:
             size *= 2
-        buffer = np.empty((3, size), dtype=np.int64) if size != self._buffer.shape[1] else None
-        target = self._buffer if buffer is None else buffer
+        target = self._buffer if size == self._buffer.shape[1] else np.empty((3, size), np.int64)
         target[:, :kept] = self._buffer[:, self._lo : self._hi]  # copy: may overlap in place
         self._buffer, self._lo, self._hi = target, 0, kept
 
@@ -573,11 +572,6 @@ class CollectiveTail:
             self._thread.join(5)
             self._thread = None
         self.tail.close()
-
-    def poll(self) -> None:
-        """One pass: new records in, what is old enough labelled."""
-        self.store.add(self.tail.poll())
-        self.labels.settle(time.time_ns())
 
     def _run(self) -> None:
         name_os_thread()
