@@ -28,6 +28,7 @@ from burstscope.collector.collectives.nccl_inspector import (
     SpanReader,
     SpanRecord,
     Spans,
+    _columns_of,
     compiled_reader_built,
     compiled_spans,
 )
@@ -40,6 +41,7 @@ from burstscope.testing.inspector_writer import (
 
 HOST = "gpu-node-07"
 COMPILED = compiled_reader_built()
+_spans = nccl_inspector._spans
 
 
 class GeneralReader(SpanReader):
@@ -225,9 +227,12 @@ def test_the_agents_reader_reads_as_the_general_parser(path: str, data: st.DataO
     text = data.draw(_dump(), label="text")
     cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=6), label="cuts")
     cap = data.draw(st.sampled_from([300, 1000, 256 * 1024]), label="cap")
+    # The compiled reader takes the file a chunk at a time: lines cut across chunks too.
+    chunk = data.draw(st.sampled_from([1, 7, 64, 500, 64 * 1024]), label="chunk")
     with pytest.MonkeyPatch.context() as patch:
         if path == "msgspec":
             patch.setattr(nccl_inspector, "_spans", None)
+        patch.setattr(nccl_inspector, "READ_CHUNK", chunk)
         fast = _read(SpanReader, text, cuts, cap)
     assert fast == _read(GeneralReader, text, [], cap)
 
@@ -252,6 +257,37 @@ def test_the_compiled_reader_takes_the_lines_the_plugin_writes(tmp_path: Path) -
         SpanRecord(*ep, 1_781_012_346_001_000, 1_781_012_346_001_500),
         SpanRecord(*dp, 1_781_012_346_002_000, 1_781_012_346_002_500),
     ]
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled reader is not built")
+@pytest.mark.parametrize("chunk", [1, 7, 333, 64 * 1024])
+def test_the_compiled_reader_reads_a_file_a_chunk_at_a_time(tmp_path: Path, chunk: int) -> None:
+    """The lines after the pending bytes, cut across chunks anywhere, read in C: what the
+    whole text read at once gives, up to the last newline. (A decline would still read
+    right, by the slower paths: so this asserts it reads, not only what it reads.)"""
+    writer = InspectorWriter(tmp_path)
+    start = 1_781_012_346_000_000_000
+    for index in range(6):
+        kind, name = ("EP", ALL_TO_ALL) if index % 3 else ("DP", REDUCE_SCATTER)
+        begin = start + index * 1_000_000
+        writer.write(Operation(kind, name, begin, begin, begin + 500_000, 1 << 20))
+    writer.close()
+    text = writer.path.read_bytes()
+    lines = text.splitlines(keepends=True)
+    whole = compiled_spans(text, len(text), 256 * 1024)
+    assert whole is not None
+    pending = len(lines[0]) // 2  # read before, held: the first line's start
+    until = len(text) - len(lines[-1]) // 2  # the last line not all written yet
+    with writer.path.open("rb") as file:
+        found = _spans.scan_file(
+            file.fileno(), pending, until - pending, text[:pending], 256 * 1024, chunk
+        )
+        # A line longer than the cap, anywhere: the slower paths judge it.
+        assert _spans.scan_file(file.fileno(), 0, len(text), b"", len(lines[2]) - 1, chunk) is None
+    assert found is not None
+    kinds, columns, consumed = found
+    assert consumed == len(text) - len(lines[-1])
+    assert _columns_of(kinds, columns).records() == whole.records()[:-1]
 
 
 def _kinds() -> st.SearchStrategy[SpanKind]:

@@ -86,6 +86,9 @@ FORMAT_VERSIONS = frozenset({"v4.0"})  # metadata.inspector_output_format_versio
 DEFAULT_MAX_OBJECT_BYTES = 256 * 1024
 # What one read() takes from the file at most: the records it returns stay bounded too.
 DEFAULT_READ_BYTES = 4 * 1024 * 1024
+# What the compiled reader copies out of the page cache at a time, to read its lines while
+# they are still in the processor's cache (_spans.c, scan_file).
+READ_CHUNK = 64 * 1024
 
 # Kinds of skipped input, the keys of InspectorReader.skipped.
 MALFORMED = "malformed"  # not JSON, or not an Inspector record
@@ -402,26 +405,47 @@ class _Reader(Generic[R]):
 
     def _take(self) -> bytes:
         """The file's bytes since the last read (at most ``read_bytes``)."""
+        opened = self._open()
+        if opened is None:
+            return b""
+        descriptor, size = opened
+        try:
+            return self._pread(descriptor, size)
+        finally:
+            os.close(descriptor)
+
+    def _open(self) -> tuple[int, int] | None:
+        """The file open and its size, read again from its start if it was replaced or
+        truncated; None (and caught up) when it is gone."""
         try:
             descriptor = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             self.caught_up = True
-            return b""
+            return None
         try:
             status = os.fstat(descriptor)
-            identity = (status.st_dev, status.st_ino)
-            if self._identity is not None and (
-                identity != self._identity or status.st_size < self.position
-            ):
-                _LOG.info("%s was replaced or truncated: reading it from its start", self.path)
-                self._restart()
-            self._identity = identity
-            # Up to the size just seen: what is appended meanwhile waits for the next read.
-            wanted = min(self.read_bytes, status.st_size - self.position)
-            data = os.pread(descriptor, wanted, self.position) if wanted > 0 else b""
-        finally:
+        except BaseException:
             os.close(descriptor)
-        self.caught_up = self.position + len(data) >= status.st_size
+            raise
+        identity = (status.st_dev, status.st_ino)
+        if self._identity is not None and (
+            identity != self._identity or status.st_size < self.position
+        ):
+            _LOG.info("%s was replaced or truncated: reading it from its start", self.path)
+            self._restart()
+        self._identity = identity
+        return descriptor, status.st_size
+
+    def _wanted(self, size: int) -> int:
+        # Up to the size just seen: what is appended meanwhile waits for the next read.
+        return max(0, min(self.read_bytes, size - self.position))
+
+    def _pread(self, descriptor: int, size: int, wanted: int | None = None) -> bytes:
+        """``wanted`` bytes (all ``_wanted``, by default) from the position on, taken."""
+        if wanted is None:
+            wanted = self._wanted(size)
+        data = os.pread(descriptor, wanted, self.position) if wanted > 0 else b""
+        self.caught_up = self.position + len(data) >= size
         self.position += len(data)
         return data
 
@@ -677,10 +701,10 @@ class SpanReader(_Reader[SpanRecord]):
     """A dump file's records as spans (``parse_span``), in columns: what the running agent reads.
 
     The usual read is the new bytes up to the last newline, whole objects one a line. The
-    compiled reader (``_spans.c``, built with the package where a C compiler is) takes the
-    compact lines the plugin writes into columns in one call; msgspec, where it is not built
-    or declines, decodes them into typed records holding only a span's fields, checked as
-    parse_span checks them. Anything else (an object cut or malformed, bytes between
+    compiled reader (``_spans.c``, built with the package where a C compiler is) reads the
+    compact lines the plugin writes from the file into columns in one call, a chunk at a
+    time; msgspec, where it is not built or declines, decodes them into typed records
+    holding only a span's fields, checked as parse_span checks them. Anything else (an object cut or malformed, bytes between
     objects, an object too long, a record parse_span refuses) is read again by the general
     path, which finds object boundaries and counts each skip.
     """
@@ -690,7 +714,17 @@ class SpanReader(_Reader[SpanRecord]):
 
     def read(self) -> Spans:
         """The records completed since the last read (from at most ``read_bytes`` new bytes)."""
-        data = self._take()
+        opened = self._open()
+        if opened is None:
+            return Spans.of(self._feed(b""))
+        descriptor, size = opened
+        try:
+            spans = self._read_compiled(descriptor, size)
+            if spans is not None:
+                return spans
+            data = self._pread(descriptor, size)
+        finally:
+            os.close(descriptor)
         if self._discarding or not data or not (self._pending or self._after_newline):
             return Spans.of(self._feed(data))
         buffer = self._pending + data
@@ -710,7 +744,35 @@ class SpanReader(_Reader[SpanRecord]):
             return Spans.of(self._feed(data))
         self._pending = b""
         self._after_newline = True
-        kept = self._keep_all(spans)
+        return self._with_rest(self._keep_all(spans), rest)
+
+    def _read_compiled(self, descriptor: int, size: int) -> Spans | None:
+        """The whole lines after the pending bytes, read from the file by the compiled
+        reader a chunk at a time (``_spans.scan_file``); None, nothing taken, where it is
+        not built or declines."""
+        wanted = self._wanted(size)
+        if (
+            _spans is None
+            or not wanted
+            or self._discarding
+            or not (self._pending or self._after_newline)
+        ):
+            return None
+        found = _spans.scan_file(
+            descriptor, self.position, wanted, self._pending, self.max_object_bytes, READ_CHUNK
+        )
+        if found is None:
+            return None
+        kinds, columns, consumed = found
+        taken = consumed - len(self._pending)
+        self.position += taken
+        self._pending = b""
+        self._after_newline = True
+        kept = self._keep_all(_columns_of(kinds, columns))
+        # What follows the last newline is read as before (and held if it is not whole).
+        return self._with_rest(kept, self._pread(descriptor, size, wanted - taken))
+
+    def _with_rest(self, kept: Spans, rest: bytes) -> Spans:
         if not rest:
             return kept
         # What follows the last newline starts an object at a line start: the general path
@@ -763,7 +825,13 @@ def compiled_spans(buffer: bytes, cut: int, max_object_bytes: int) -> Spans | No
     found = _spans.scan(memoryview(buffer)[:cut], max_object_bytes)
     if found is None:
         return None
-    kinds, columns = found
+    return _columns_of(*found)
+
+
+def _columns_of(
+    kinds: list[tuple[str, str, str, str | None, int, int, str]], columns: bytes
+) -> Spans:
+    """The compiled reader's kinds and columns as Spans."""
     # Each line's kind, start and stop; a copy, so each column is one block.
     table = np.frombuffer(columns, dtype=np.int64).reshape(-1, 3).T.copy()
     return Spans(
