@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -55,6 +56,8 @@ class Thresholds:
         return tuple(sorted(chosen))
 
 
+# Cached: a few intervals, asked for at every drain of every port (Decimal is slow).
+@lru_cache(maxsize=64)
 def scale_key(interval_ns: int) -> str:
     """Seconds as the report's key: 1 ms -> "0.001", 100 us -> "0.0001", 15 s -> "15"."""
     seconds = (Decimal(interval_ns) / NS_PER_SECOND).normalize()

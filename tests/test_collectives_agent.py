@@ -5,7 +5,7 @@ The node is the emulated one (burstscope.testing.emulated_node: a writer moves i
 with a 200 ms line-rate burst every 0.5 s) under the real in-process ``Agent``; the dump is
 written as a training process writes it (burstscope.testing.inspector_dumps: verbose
 records on the wall clock, one dump every 0.1 s) with the collectives a test chooses for
-each moment. Labels wait ``label_delay`` (2 s), so every wait here is on a condition.
+each moment. Labels wait ``label_delay`` (3 s), so every wait here is on a condition.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from burstscope.collector.collectives.live import (
     CLASSES,
     PAIR_NAMES,
+    DEFAULT_LABEL_DELAY_NS,
     SKIP_KINDS,
     CollectiveLabels,
     SpanStore,
@@ -177,11 +178,11 @@ def test_burst_events_carry_the_collectives_they_ran_under(
                 assert subscriber.wait_for(lambda: burst_after(since) is not None, 15), kinds  # noqa: B023
                 event = burst_after(since)
                 assert event is not None and event["collectives"] == expected, event
-                # Held for the label delay (docs/collectives.md): published 2 s after its end
+                # Held for the label delay (docs/collectives.md): published 3 s after its end
                 # or later, so seen no earlier.
-                assert seen[event["seq"]] - event["end_ns"] >= 2 * SECOND_NS
-            # The counters settle on the tail's own poll (twice a second), not when the event
-            # goes out: the last phase's saturated time under no record shows up by then.
+                assert seen[event["seq"]] - event["end_ns"] >= DEFAULT_LABEL_DELAY_NS
+            # The counters settle on the tail's own cadence (every third poll), not when the
+            # event goes out: the last phase's saturated time under no record shows up.
             assert wait_until(
                 lambda: value(metrics, "class_saturated_seconds_total", "class", "none") > 0
             )

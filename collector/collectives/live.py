@@ -7,7 +7,7 @@ closed bursts wait here until ``label_delay_ns`` has passed since they ended, an
 labelled with the spans known by then (detectors/collective_join.ClassRuns: a sample's class
 set is the OR of the classes of the spans overlapping it). A collective still running when
 its sample is labelled, or dumped later than the delay, is missed: that sample counts as
-``none``. The default, 2 s, covers a dump interval of up to 0.75 s, the tail's 1 s poll and
+``none``. The default, 3 s, covers a dump interval of up to 0.75 s, the tail's 2 s poll and
 the pipeline's drain; a longer dump interval needs a longer delay (``[collectives]
 label_delay``), and every burst event waits that long too.
 
@@ -74,7 +74,7 @@ from burstscope.detectors.config import Thresholds, scale_key
 
 _LOG = logging.getLogger(__name__)
 SECOND_NS = 1_000_000_000
-DEFAULT_LABEL_DELAY_NS = 2 * SECOND_NS
+DEFAULT_LABEL_DELAY_NS = 3 * SECOND_NS
 # Spans are kept this long: labels settle 2 s after the fact, and a burst's tag needs the
 # spans of its whole length (a burst longer than this loses its earliest collectives).
 DEFAULT_HORIZON_NS = 10 * SECOND_NS
@@ -89,12 +89,15 @@ _EMPTY = np.empty(0, dtype=np.int64)
 UNPLACED = "unplaced"
 BAD_TIMES = "bad_span"
 SKIP_KINDS = (MALFORMED, OVERSIZED, TRUNCATED, OTHER_HOST, UNPLACED, BAD_TIMES)
-# How often the tail reads its files. Each poll has a cost of its own (a thread that wakes
-# from idle runs cold for a millisecond or two, a directory scan): once a second.
-POLL_SECONDS = 1.0
+# How often the tail reads its files. Each poll has a cost of its own beside the records'
+# (a thread that wakes from idle runs cold, a directory scan, a file opened, the records
+# added to the store: 0.4 to 0.5 ms a poll in the running agent at 1,000 records a second,
+# against 0.7 for reading those records): every 2 s. The label delay covers it.
+POLL_SECONDS = 2.0
 # How often the labels settle. Their totals are counters, scraped every 15 s, and a settle's
 # cost is mostly its own: in the running agent, 0.73 ms to label a second's samples, 1.47 ms
-# for five seconds' (docs/performance.md), so every 5 s costs 0.3 ms a second, not 0.73.
+# for five seconds' (docs/performance.md), so every 5 s costs 0.3 ms a second, not 0.73. A
+# settle follows a poll, so at a 2 s poll the labels settle every third one: every 6 s.
 SETTLE_SECONDS = 5.0
 _INITIAL_SPANS = 4096
 # Distinct communications kept for the largest-group inference; a job that builds
