@@ -222,6 +222,9 @@ HELP: dict[str, str] = {
     "malformed, oversized, truncated, other_host, unplaced (no time: not a verbose dump), "
     "bad_span (stop before start).",
     "burstscope_collective_files": "NCCL Inspector dump files tailed now.",
+    "burstscope_collective_cpu_seconds_total": "CPU time the collective labels used: the "
+    "tail's thread (reading the dumps, keeping the spans, settling the labels, as of its last "
+    "poll) and the drain's keeping of samples and bursts for them.",
     "burstscope_mqtt_connected": "1 while the agent is connected to its MQTT broker.",
     "burstscope_mqtt_spool_messages": "MQTT messages waiting for the broker, oldest first.",
     "burstscope_mqtt_dropped_messages_total": "MQTT messages dropped, oldest first, because "
@@ -796,6 +799,7 @@ def collective_families(figures: CollectiveFigures) -> list[Metric]:
         for key, value in values.items():
             out.counter(name, (label,), [key], value)
     out.gauge("burstscope_collective_files", (), [], figures.files)
+    out.counter("burstscope_collective_cpu_seconds_total", (), [], figures.cpu_seconds)
     return list(out.families.values())
 
 

@@ -76,6 +76,7 @@ PRESENT_WHEN = {
     "burstscope_collective_skipped_total": "One per kind with an NCCL Inspector dump directory, "
     "from 0.",
     "burstscope_collective_files": "With an NCCL Inspector dump directory.",
+    "burstscope_collective_cpu_seconds_total": "With an NCCL Inspector dump directory, from 0.",
     "burstscope_mqtt_connected": "With --mqtt, from the publisher's start.",
     "burstscope_mqtt_spool_messages": "With --mqtt, from the publisher's start.",
     "burstscope_mqtt_dropped_messages_total": "With --mqtt, from the publisher's start.",

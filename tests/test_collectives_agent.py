@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 
 from burstscope.collector.collectives.live import (
     CLASSES,
-    PAIR_NAMES,
     DEFAULT_LABEL_DELAY_NS,
+    PAIR_NAMES,
     SKIP_KINDS,
     CollectiveLabels,
     SpanStore,
@@ -97,6 +97,7 @@ EXPECTED_SERIES = {
     'burstscope_collective_records_total{source="nccl-inspector"}',
     *(f'burstscope_collective_skipped_total{{kind="{k}"}}' for k in SKIP_KINDS),
     "burstscope_collective_files",
+    "burstscope_collective_cpu_seconds_total",
 }  # fmt: skip
 
 
@@ -133,6 +134,9 @@ def test_the_counters_grow_for_the_class_running(node: EmulatedNode, tmp_path: P
             assert value(url, "collision_saturated_seconds_total", "pair", pair) == 0
         assert value(url, "records_total", "source", "nccl-inspector") > 0
         assert series(url)["burstscope_collective_files"] == 1
+        # The labels' own CPU (the tail's thread, the drain's keeping): some, and no more than
+        # this whole process (the agent runs in it) has used.
+        assert 0 < series(url)["burstscope_collective_cpu_seconds_total"] <= time.process_time()
 
 
 @pytest.mark.integration

@@ -367,6 +367,8 @@ class CollectiveFigures:
     records: dict[str, int]  # by source
     skipped: dict[str, int]  # by kind
     files: int
+    # CPU time the labels used: the tail's thread and the drain's keeping for them.
+    cpu_seconds: float = 0.0
 
 
 class _Direction:
@@ -404,12 +406,14 @@ class CollectiveLabels:
         self._bytes = np.zeros(len(CLASSES), dtype=np.int64)
         self._collisions = np.zeros(len(PAIRS), dtype=np.int64)
         self._coarse_ns = Thresholds().coarse_window_ns
+        self._keeping_ns = 0  # thread CPU time on_chunk took, in the pipeline's thread
 
     def on_chunk(self, key: DirectionKey, chunk: Chunk, thresholds: Thresholds) -> None:
         """Keep a drained chunk's saturated samples, closed bursts and quiet windows."""
         stamps = chunk.timestamp_ns
         if not stamps.size:
             return
+        began = time.thread_time_ns()
         with self._lock:
             self._coarse_ns = thresholds.coarse_window_ns
             waiting = self._directions.get(key)
@@ -434,6 +438,7 @@ class CollectiveLabels:
             if windows is not None:
                 quiet = (windows.utilization < thresholds.busy).tolist()
                 waiting.decisions.update(zip(windows.end_ns.tolist(), quiet, strict=True))
+            self._keeping_ns += time.thread_time_ns() - began
 
     def settle(self, now_ns: int) -> None:
         """Label every sample and burst that ended ``label_delay_ns`` before ``now_ns``.
@@ -515,10 +520,15 @@ class CollectiveLabels:
         """The tag of a burst from ``start_ns`` to ``end_ns`` (call it once the delay passed)."""
         return self.store.tag(start_ns, end_ns)
 
-    def figures(self, records: int, skipped: Mapping[str, int], files: int) -> CollectiveFigures:
+    def figures(
+        self, records: int, skipped: Mapping[str, int], files: int, thread_cpu_ns: int = 0
+    ) -> CollectiveFigures:
+        """The totals now; ``thread_cpu_ns``: the tail's thread's CPU time, to which the
+        drain's keeping is added."""
         with self._lock:
             saturated, hidden = self._saturated.tolist(), self._hidden.tolist()
             burst_bytes, collisions = self._bytes.tolist(), self._collisions.tolist()
+            cpu_ns = thread_cpu_ns + self._keeping_ns
         return CollectiveFigures(
             saturated_seconds={c: v / 1e9 for c, v in zip(CLASSES, saturated, strict=True)},
             hidden_saturated_seconds={c: v / 1e9 for c, v in zip(CLASSES, hidden, strict=True)},
@@ -529,6 +539,7 @@ class CollectiveLabels:
             records={INSPECTOR: records},
             skipped=dict(skipped),
             files=files,
+            cpu_seconds=cpu_ns / 1e9,
         )
 
 
@@ -562,6 +573,7 @@ class CollectiveTail:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._settled_at = time.monotonic()
+        self._cpu_ns = 0  # the thread's CPU time as of its last poll (read once it ended)
 
     def start(self) -> None:
         self._thread = threading.Thread(
@@ -586,9 +598,20 @@ class CollectiveTail:
                     self.labels.settle(time.time_ns())
             except Exception:  # a bug here must not end the labels for the run
                 _LOG.exception("collective labels: a poll failed")
+            self._cpu_ns = time.thread_time_ns()
 
     def figures(self) -> CollectiveFigures:
         skipped = dict.fromkeys(SKIP_KINDS, 0)
         for kind, count in (*self.tail.skipped.items(), *self.store.skipped.items()):
             skipped[kind] = skipped.get(kind, 0) + count
-        return self.labels.figures(self.tail.records, skipped, self.tail.files)
+        return self.labels.figures(self.tail.records, skipped, self.tail.files, self._thread_cpu())
+
+    def _thread_cpu(self) -> int:
+        """The thread's CPU time now, read from its clock (POSIX thread CPU-time clocks)."""
+        thread = self._thread
+        if thread is not None and thread.ident is not None:
+            try:
+                return time.clock_gettime_ns(time.pthread_getcpuclockid(thread.ident))
+            except OSError:  # it ended meanwhile
+                pass
+        return self._cpu_ns

@@ -704,9 +704,10 @@ class SpanReader(_Reader[SpanRecord]):
     compiled reader (``_spans.c``, built with the package where a C compiler is) reads the
     compact lines the plugin writes from the file into columns in one call, a chunk at a
     time; msgspec, where it is not built or declines, decodes them into typed records
-    holding only a span's fields, checked as parse_span checks them. Anything else (an object cut or malformed, bytes between
-    objects, an object too long, a record parse_span refuses) is read again by the general
-    path, which finds object boundaries and counts each skip.
+    holding only a span's fields, checked as parse_span checks them. Anything else (an
+    object cut or malformed, bytes between objects, an object too long, a record parse_span
+    refuses) is read again by the general path, which finds object boundaries and counts
+    each skip.
     """
 
     def _parse(self, document: object) -> SpanRecord:
