@@ -5,7 +5,6 @@ from typing import Any
 def scan(
     lines: Any, max_object_bytes: int
 ) -> tuple[list[tuple[str, str, str, str | None, int, int, str]], bytes] | None: ...
-
 def scan_file(
     fd: int, offset: int, length: int, prefix: Any, max_object_bytes: int, chunk: int
 ) -> tuple[list[tuple[str, str, str, str | None, int, int, str]], bytes, int] | None: ...
