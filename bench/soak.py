@@ -690,6 +690,14 @@ class Soak:
                     if values.get("burstscope_mqtt_connected") == 1 and (spooled or 0) < 200:
                         break
                 time.sleep(0.5)
+            # Every SIGHUP sent applied before the stop: the last may come in the run's final
+            # seconds, and a loaded machine takes a while to reload (wait on it, bounded).
+            applied_by = time.monotonic() + 30
+            while (
+                log_figures(self.agent_log).get("reloads_applied", 0) < self.hups
+                and time.monotonic() < applied_by
+            ):
+                time.sleep(0.2)
             stopping = time.monotonic()
             agent.send_signal(signal.SIGTERM)
             try:
