@@ -237,21 +237,28 @@ def test_the_agents_reader_reads_as_the_general_parser(path: str, data: st.DataO
     assert fast == _read(GeneralReader, text, [], cap)
 
 
-@pytest.mark.skipif(not COMPILED, reason="the compiled reader is not built")
-def test_the_compiled_reader_takes_the_lines_the_plugin_writes(tmp_path: Path) -> None:
-    """The test kit's lines (json.cc's layout) are read in C, not left to the slower paths."""
-    writer = InspectorWriter(tmp_path)
+def _plugin_lines(directory: Path, count: int, dp_every: int) -> tuple[str, Path]:
+    """``count`` records as the test kit writes them (json.cc's layout), 1 ms apart, every
+    ``dp_every``-th a DP ReduceScatter and the others EP AllToAll: the writer's host, the file."""
+    writer = InspectorWriter(directory)
     start = 1_781_012_346_000_000_000
-    for index in range(3):
-        kind, name = ("EP", ALL_TO_ALL) if index % 2 else ("DP", REDUCE_SCATTER)
+    for index in range(count):
+        kind, name = ("EP", ALL_TO_ALL) if index % dp_every else ("DP", REDUCE_SCATTER)
         begin = start + index * 1_000_000
         writer.write(Operation(kind, name, begin, begin, begin + 500_000, 1 << 20))
     writer.close()
-    text = writer.path.read_bytes()
+    return writer.hostname, writer.path
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled reader is not built")
+def test_the_compiled_reader_takes_the_lines_the_plugin_writes(tmp_path: Path) -> None:
+    """The test kit's lines (json.cc's layout) are read in C, not left to the slower paths."""
+    host, path = _plugin_lines(tmp_path, 3, dp_every=2)
+    text = path.read_bytes()
     spans = compiled_spans(text, len(text), 256 * 1024)
     assert spans is not None
-    dp = SpanKind(writer.hostname, "v4.0", "0x3b8e5f0a91c2d713", None, 16, 4, REDUCE_SCATTER)
-    ep = SpanKind(writer.hostname, "v4.0", "0x3b8e5f0a91c2d711", None, 8, 2, ALL_TO_ALL)
+    dp = SpanKind(host, "v4.0", "0x3b8e5f0a91c2d713", None, 16, 4, REDUCE_SCATTER)
+    ep = SpanKind(host, "v4.0", "0x3b8e5f0a91c2d711", None, 8, 2, ALL_TO_ALL)
     assert spans.records() == [
         SpanRecord(*dp, 1_781_012_346_000_000, 1_781_012_346_000_500),
         SpanRecord(*ep, 1_781_012_346_001_000, 1_781_012_346_001_500),
@@ -265,20 +272,14 @@ def test_the_compiled_reader_reads_a_file_a_chunk_at_a_time(tmp_path: Path, chun
     """The lines after the pending bytes, cut across chunks anywhere, read in C: what the
     whole text read at once gives, up to the last newline. (A decline would still read
     right, by the slower paths: so this asserts it reads, not only what it reads.)"""
-    writer = InspectorWriter(tmp_path)
-    start = 1_781_012_346_000_000_000
-    for index in range(6):
-        kind, name = ("EP", ALL_TO_ALL) if index % 3 else ("DP", REDUCE_SCATTER)
-        begin = start + index * 1_000_000
-        writer.write(Operation(kind, name, begin, begin, begin + 500_000, 1 << 20))
-    writer.close()
-    text = writer.path.read_bytes()
+    _, path = _plugin_lines(tmp_path, 6, dp_every=3)
+    text = path.read_bytes()
     lines = text.splitlines(keepends=True)
     whole = compiled_spans(text, len(text), 256 * 1024)
     assert whole is not None
     pending = len(lines[0]) // 2  # read before, held: the first line's start
     until = len(text) - len(lines[-1]) // 2  # the last line not all written yet
-    with writer.path.open("rb") as file:
+    with path.open("rb") as file:
         found = _spans.scan_file(
             file.fileno(), pending, until - pending, text[:pending], 256 * 1024, chunk
         )
