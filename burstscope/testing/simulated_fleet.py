@@ -78,10 +78,12 @@ def _capture(seconds: float, extra: list[str]) -> Exposition:
             raise RuntimeError("the sim agent did not sample within 10 s")
         url = f"http://127.0.0.1:{port}/metrics"
         deadline = time.monotonic() + 60
-        # Wait for the slow poller's first readings (port state) and the job.
-        while not all(name in scrape(url) for name in ("burstscope_port_state{", "job_port{")):
+        # Wait for the slow poller's first readings (port state), the job, and every port's
+        # line rate: until a port's rate is read its utilization families are absent, and a
+        # capture taken then would serve a node without peaks (seen on a loaded machine).
+        while not _complete(scrape(url)):
             if time.monotonic() > deadline:
-                raise RuntimeError("the sim agent exported no slow counters within 60 s")
+                raise RuntimeError("the sim agent exported no port rates and peaks within 60 s")
             time.sleep(0.2)
         first, t1 = scrape(url), time.monotonic()
         time.sleep(seconds)
@@ -106,6 +108,27 @@ def _capture(seconds: float, extra: list[str]) -> Exposition:
         values.append(value)
         rates.append(rate)
     return Exposition(names, prefixes, values, rates, "\n".join(helps))
+
+
+_PORT = re.compile(r'device="([^"]*)".*?\bport="([^"]*)"')
+
+
+def _complete(text: str) -> bool:
+    """Port state, the job, and a line rate and a 1 ms peak for every port with a state."""
+    ports: set[tuple[str, str]] = set()
+    rates: set[tuple[str, str]] = set()
+    peaks: set[tuple[str, str]] = set()
+    for line in text.splitlines():
+        found = _PORT.search(line)
+        if found is None:
+            continue
+        if line.startswith("burstscope_port_state{"):
+            ports.add(found.groups())
+        elif line.startswith("burstscope_port_line_rate_bytes_per_second{"):
+            rates.add(found.groups())
+        elif line.startswith("burstscope_port_peak_utilization_ratio{"):
+            peaks.add(found.groups())
+    return bool(ports) and ports == rates == peaks and "job_port{" in text
 
 
 @dataclass
