@@ -123,11 +123,11 @@ def _complete(text: str) -> bool:
         if found is None:
             continue
         if line.startswith("burstscope_port_state{"):
-            ports.add(found.groups())
+            ports.add((found[1], found[2]))
         elif line.startswith("burstscope_port_line_rate_bytes_per_second{"):
-            rates.add(found.groups())
+            rates.add((found[1], found[2]))
         elif line.startswith("burstscope_port_peak_utilization_ratio{"):
-            peaks.add(found.groups())
+            peaks.add((found[1], found[2]))
     return bool(ports) and ports == rates == peaks and "job_port{" in text
 
 
