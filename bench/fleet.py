@@ -88,6 +88,13 @@ TIMES_PER_PANEL = 3
 BACKFILL_BLOCK = "24h"
 # Series the global server holds of its own (its federation scrapes' up, scrape_*) or that
 # change state (ALERTS): left out of its backfilled history.
+# How often the live phase asks every server for its rules' last evaluation times: each stays
+# until the next evaluation (15 s), so every one is seen. The rules API answers with every
+# active alert (2,700 firing at 3,000 nodes), so asking every second would add that JSON's
+# encoding to the cores the evaluations share, seven servers or more over.
+RULES_POLL_S = 5
+# Each shard's turn alone on the cores (rules_alone): every 15 s group evaluates three times.
+ALONE_S = 50
 NOT_BACKFILLED = re.compile(r"ALERTS|ALERTS_FOR_STATE|up|scrape_.+")
 
 
@@ -258,12 +265,34 @@ def watch_rules(
                     steady[server].setdefault(name, {})[at] = seconds
         if first_firing is None and firing_nodes(servers) > 0:
             first_firing = round(elapsed)
-        time.sleep(1)
+        time.sleep(RULES_POLL_S)
     return (
         {s: {k: list(v.values()) for k, v in found.items()} for s, found in overall.items()},
         {s: {k: list(v.values()) for k, v in found.items()} for s, found in steady.items()},
         first_firing,
     )
+
+
+def rules_alone(shards: dict[str, Prometheus], seconds: float) -> Evaluations:
+    """Each shard's rule evaluations with every other shard stopped (SIGSTOP), one shard
+    after another for ``seconds`` each: a shard as on a machine of its own, the global
+    server (which federates from it) still running. Only evaluations that began once the
+    others had stopped count. A shard's turn comes after the others' turns stopped it for
+    ``seconds`` each: its 5 m windows hold that much less (rates read the same series)."""
+    found: Evaluations = {}
+    for name, prom in shards.items():
+        others = [p.process.pid for n, p in shards.items() if n != name]
+        seen: dict[str, dict[str, float]] = {}
+        with paused(others):
+            since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 1))
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                time.sleep(RULES_POLL_S)
+                for key, (at, took) in rule_seconds(prom).items():
+                    if at[:19] >= since:  # RFC 3339, UTC: compared as text to the second
+                        seen.setdefault(key, {})[at] = took
+        found[name] = {k: list(v.values()) for k, v in seen.items()}
+    return found
 
 
 def firing_nodes(servers: dict[str, Prometheus]) -> float:
@@ -492,6 +521,7 @@ def run_bench(
                 elif server.name == holder:
                     server.history = recorded_series(proms[holder], drilldown_instance, False)
                     server.history_node = drilldown
+            alone_rules = rules_alone(rule_servers, ALONE_S) if sharded else {}
         # Phase 2: history before the live minutes, then the same TSDBs restarted (WAL
         # replayed) and every panel timed over 1 h and 6 h.
         filled: dict[str, dict[str, Any]] = {}
@@ -546,6 +576,7 @@ def run_bench(
         alert=(first_firing, firing),
         panels=panels,
         alone=alone,
+        alone_rules=alone_rules,
         holder=holder,
     )
 
@@ -567,6 +598,7 @@ def report(
     alert: tuple[float | None, float],
     panels: dict[int, list[dict[str, Any]]],
     alone: list[dict[str, Any]],
+    alone_rules: Evaluations,
     holder: str,
 ) -> dict[str, Any]:
     """The JSON result: the single server's fields as before, then the sharded ones."""
@@ -669,6 +701,18 @@ def report(
     }
     if profile == "lean":
         result["verdicts"]["series_with_port_label_per_port"] = with_port_label <= 15
+    if alone_rules:
+        worst_alone: dict[str, list[float]] = {}
+        for found in alone_rules.values():
+            for name, seconds in found.items():
+                if "/" not in name and max(seconds) > max(worst_alone.get(name, [-1.0])):
+                    worst_alone[name] = seconds
+        result["rule_group_seconds_each_shard_alone"] = {
+            name: summary(seconds) for name, seconds in sorted(worst_alone.items())
+        }
+        slowest_group_alone = max(max(seconds) for seconds in worst_alone.values())
+        result["slowest_rule_group_each_shard_alone_s"] = slowest_group_alone
+        result["verdicts"]["rule_groups_1s_each_shard_alone"] = slowest_group_alone <= 1.0
     if alone:
         slowest_alone = max(p["seconds"] for p in alone)
         result["slowest_fleet_panel_6h_global_alone_s"] = slowest_alone
