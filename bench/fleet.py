@@ -32,8 +32,12 @@ CPU share during the live phase, rule group evaluation times and scrape p99. The
 history is backfilled with what the fleet overview reads from it (the federated series, as
 constants at the values the live shards computed), the drill-down node's shard with that
 node's history; the fleet overview is timed on the global, the drill-down on the node's
-shard. ``--profile`` says which exposition every node serves: full (the default, as before),
-lean (``--metrics-profile lean``) or mixed (every other node lean).
+shard. Since every server shares this VM's cores, where a fleet gives each a machine of its
+own, the run also times each server alone: after the live phase each shard takes a turn of
+``ALONE_S`` with the other shards stopped (SIGSTOP), its rule groups timed, and the fleet
+overview is timed again on the global with every shard stopped. ``--profile`` says which
+exposition every node serves: full (the default, as before), lean (``--metrics-profile
+lean``) or mixed (every other node lean).
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ BACKFILL_BLOCK = "24h"
 RULES_POLL_S = 5
 # Each shard's turn alone on the cores (rules_alone): every 15 s group evaluates three times.
 ALONE_S = 50
+ALONE_SETTLE_S = 20
 NOT_BACKFILLED = re.compile(r"ALERTS|ALERTS_FOR_STATE|up|scrape_.+")
 
 
@@ -277,13 +282,17 @@ def rules_alone(shards: dict[str, Prometheus], seconds: float) -> Evaluations:
     """Each shard's rule evaluations with every other shard stopped (SIGSTOP), one shard
     after another for ``seconds`` each: a shard as on a machine of its own, the global
     server (which federates from it) still running. Only evaluations that began once the
-    others had stopped count. A shard's turn comes after the others' turns stopped it for
-    ``seconds`` each: its 5 m windows hold that much less (rates read the same series)."""
+    others had stopped and its own catch-up after its stop in the turn before had passed
+    (``ALONE_SETTLE_S``). A shard's turn comes after the others' turns stopped it: its 5 m
+    windows hold that much less (its rates read the same series)."""
     found: Evaluations = {}
     for name, prom in shards.items():
         others = [p.process.pid for n, p in shards.items() if n != name]
         seen: dict[str, dict[str, float]] = {}
         with paused(others):
+            # The shard was stopped during the turn before: its scrapes and evaluations catch
+            # up first. Those are left out.
+            time.sleep(ALONE_SETTLE_S)
             since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 1))
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
