@@ -90,8 +90,6 @@ TIMES_PER_PANEL = 3
 # while the panels are timed (not measured with 2 h blocks; the run reports the compactions
 # it saw while timing).
 BACKFILL_BLOCK = "24h"
-# Series the global server holds of its own (its federation scrapes' up, scrape_*) or that
-# change state (ALERTS): left out of its backfilled history.
 # How often the live phase asks every server for its rules' last evaluation times: each stays
 # until the next evaluation (15 s), so every one is seen. The rules API answers with every
 # active alert (2,700 firing at 3,000 nodes), so asking every second would add that JSON's
@@ -100,6 +98,8 @@ RULES_POLL_S = 5
 # Each shard's turn alone on the cores (rules_alone): every 15 s group evaluates three times.
 ALONE_S = 50
 ALONE_SETTLE_S = 20
+# Series the global server holds of its own (its federation scrapes' up, scrape_*) or that
+# change state (ALERTS): left out of its backfilled history.
 NOT_BACKFILLED = re.compile(r"ALERTS|ALERTS_FOR_STATE|up|scrape_.+")
 
 
@@ -617,12 +617,9 @@ def report(
             steady[server].setdefault(name, seconds)
     groups = {s: [k for k in found if "/" not in k] for s, found in overall.items()}
     # Across shards, each group's and rule's figures are the worst shard's.
-    worst_steady: dict[str, list[float]] = {}
+    worst_steady = worst_shard(steady)
     worst_overall: dict[str, float] = {}
     for server in overall:
-        for name, seconds in steady[server].items():
-            if max(seconds) > max(worst_steady.get(name, [-1.0])):
-                worst_steady[name] = seconds
         for name, seconds in overall[server].items():
             worst_overall[name] = max(worst_overall.get(name, 0.0), max(seconds))
     group_names = sorted(
@@ -711,11 +708,7 @@ def report(
     if profile == "lean":
         result["verdicts"]["series_with_port_label_per_port"] = with_port_label <= 15
     if alone_rules:
-        worst_alone: dict[str, list[float]] = {}
-        for found in alone_rules.values():
-            for name, seconds in found.items():
-                if "/" not in name and max(seconds) > max(worst_alone.get(name, [-1.0])):
-                    worst_alone[name] = seconds
+        worst_alone = {k: v for k, v in worst_shard(alone_rules).items() if "/" not in k}
         result["rule_group_seconds_each_shard_alone"] = {
             name: summary(seconds) for name, seconds in sorted(worst_alone.items())
         }
@@ -727,6 +720,16 @@ def report(
         result["slowest_fleet_panel_6h_global_alone_s"] = slowest_alone
         result["verdicts"]["default_views_6h_global_alone"] = slowest_alone <= 1.0
     return result
+
+
+def worst_shard(evaluations: Evaluations) -> dict[str, list[float]]:
+    """Each group's (and rule's) evaluation times on the server where its highest was."""
+    worst: dict[str, list[float]] = {}
+    for found in evaluations.values():
+        for name, seconds in found.items():
+            if max(seconds) > max(worst.get(name, [-1.0])):
+                worst[name] = seconds
+    return worst
 
 
 def merge_backfill(filled: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -110,25 +110,21 @@ def _capture(seconds: float, extra: list[str]) -> Exposition:
     return Exposition(names, prefixes, values, rates, "\n".join(helps))
 
 
-_PORT = re.compile(r'device="([^"]*)".*?\bport="([^"]*)"')
-
-
 def _complete(text: str) -> bool:
     """Port state, the job, and a line rate and a 1 ms peak for every port with a state."""
-    ports: set[tuple[str, str]] = set()
-    rates: set[tuple[str, str]] = set()
-    peaks: set[tuple[str, str]] = set()
-    for line in text.splitlines():
-        found = _PORT.search(line)
-        if found is None:
-            continue
-        if line.startswith("burstscope_port_state{"):
-            ports.add((found[1], found[2]))
-        elif line.startswith("burstscope_port_line_rate_bytes_per_second{"):
-            rates.add((found[1], found[2]))
-        elif line.startswith("burstscope_port_peak_utilization_ratio{"):
-            peaks.add((found[1], found[2]))
-    return bool(ports) and ports == rates == peaks and "job_port{" in text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[str, set[tuple[str, str]]] = {
+        "burstscope_port_state": set(),
+        "burstscope_port_line_rate_bytes_per_second": set(),
+        "burstscope_port_peak_utilization_ratio": set(),
+    }
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in found:
+                found[sample.name].add((sample.labels["device"], sample.labels["port"]))
+    ports = found["burstscope_port_state"]
+    return bool(ports) and all(ports == seen for seen in found.values()) and "job_port{" in text
 
 
 @dataclass
