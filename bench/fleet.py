@@ -64,7 +64,11 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from burstscope.collector.web_config import parse_go_duration
 from burstscope.testing.processes import free_port
+from burstscope.testing.simulated_fleet import (
+    DASHBOARDS as SHIPPED,
+)
 from burstscope.testing.simulated_fleet import (
     Fleet,
     Node,
@@ -95,12 +99,26 @@ BACKFILL_BLOCK = "24h"
 # active alert (2,700 firing at 3,000 nodes), so asking every second would add that JSON's
 # encoding to the cores the evaluations share, seven servers or more over.
 RULES_POLL_S = 5
-# Each shard's turn alone on the cores (rules_alone): every 15 s group evaluates three times.
-ALONE_S = 50
+# Each shard's turn alone on the cores (rules_alone): every 15 s group evaluates four times,
+# every 30 s group (dashboards/rules.py SLOW_WINDOWS_INTERVAL) twice.
+ALONE_S = 60
 ALONE_SETTLE_S = 20
 # Series the global server holds of its own (its federation scrapes' up, scrape_*) or that
 # change state (ALERTS): left out of its backfilled history.
 NOT_BACKFILLED = re.compile(r"ALERTS|ALERTS_FOR_STATE|up|scrape_.+")
+
+
+def recorded_every_s() -> dict[str, float]:
+    """Each recorded series' evaluation interval, seconds, from the shipped rules the servers
+    load: its group's own, or the shipped configurations' evaluation_interval (SCRAPE_S)."""
+    import yaml  # the [web] extra, as the sharding helpers
+
+    rules = yaml.safe_load((SHIPPED / "prometheus" / "recording.rules.yml").read_text())
+    return {
+        rule["record"]: parse_go_duration(group.get("interval", f"{SCRAPE_S}s"))
+        for group in rules["groups"]
+        for rule in group["rules"]
+    }
 
 
 def history_names() -> set[str]:
@@ -133,9 +151,10 @@ def write_backfill(
 
     ``history`` is (start, end, step in seconds). Every series of the drill-down node; for
     every node, the raw series the fleet overview plots over time (``history_names``); and
-    the recorded series in ``recorded`` (labels with ``__name__``, value) as constants: the
-    fleet's counters advance at constant rates, so every rate the rules record is constant
-    too, and the values are those the real rules computed on the live fleet. Without
+    the recorded series in ``recorded`` (labels with ``__name__``, value) as constants, one
+    sample per evaluation of its rule (``recorded_every_s``): the fleet's counters advance at
+    constant rates, so every rate the rules record is constant too, and the values are those
+    the real rules computed on the live fleet. Without
     ``every_node``, only the drill-down node's series (if any) and ``recorded``.
     """
     start, end, step_s = history
@@ -157,13 +176,16 @@ def write_backfill(
                     for at in steps
                 )
                 samples += len(steps)
+        every = recorded_every_s()
         for rule_labels, value in recorded:
             name = rule_labels["__name__"]
             pairs = ",".join(
                 f'{k}="{v}"' for k, v in sorted(rule_labels.items()) if k != "__name__"
             )
-            out.writelines(f"{name}{{{pairs}}} {value!r} {at}\n" for at in steps)
-            samples += len(steps)
+            # One sample per evaluation of its rule, as the live rule writes them.
+            evaluated = steps[:: max(1, round(every.get(name, step_s) / step_s))]
+            out.writelines(f"{name}{{{pairs}}} {value!r} {at}\n" for at in evaluated)
+            samples += len(evaluated)
         out.write("# EOF\n")
     return samples
 

@@ -32,6 +32,7 @@ from dashboards.builder import (
     value_mappings,
 )
 from dashboards.job_selectors import DEFAULT, Selectors
+from dashboards.rules import SLOW_WINDOWS_INTERVAL
 
 UID = "burstscope-port-drilldown"
 
@@ -242,6 +243,8 @@ def drill_utilization_row() -> list[Json]:
             ],
             "percentunit",
             (12, 9),
+            # Recorded every 30 s: a shorter step's window would hold no sample.
+            interval=SLOW_WINDOWS_INTERVAL,
         ),
         _utilization_heatmap(),
         job_ports_table(

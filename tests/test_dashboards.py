@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from burstscope.collector.exporter import HELP
+from burstscope.collector.web_config import parse_go_duration
 from burstscope.straggler_watch import HELP as CONSUMER_HELP
 from dashboards.generate import DASHBOARDS as DASHBOARD_MODULES
 from dashboards.generate import render
@@ -219,6 +220,30 @@ def test_peaks_survive_zooming_out_and_averages_read_the_15s_rule() -> None:
             if "peak_utilization_ratio" in expr and "topk(" not in expr:
                 assert "max_over_time(" in expr and "[$__interval]" in expr, expr
             assert "bytes_total" not in expr or "data_bytes" not in expr, expr
+
+
+def test_a_step_window_over_a_slow_rule_holds_one_of_its_samples() -> None:
+    """max_over_time(recorded[$__interval]) over a series recorded every 30 s: a panel's
+    minimum interval at least that, or a step's window may hold no sample (a gap)."""
+    from dashboards.recording import GROUPS
+
+    every = {
+        rule.name: parse_go_duration(group.interval or "15s")
+        for group in GROUPS
+        for rule in group.rules
+    }
+    assert max(every.values()) > 15, "no group evaluated less often than the global 15 s"
+    checked = 0
+    for name in FILES:
+        for panel in panels(load(name)):
+            for target in panel.get("targets", []):
+                for recorded in re.findall(
+                    r"([a-z_]+:[a-z0-9_]+:[a-z0-9_]+)\{[^}]*\}\[\$__interval\]", target["expr"]
+                ):
+                    floor = parse_go_duration(panel.get("interval") or "15s")
+                    assert floor >= every[recorded], (panel["title"], recorded)
+                    checked += every[recorded] > 15
+    assert checked, "no panel reads a 30 s rule over $__interval: the test checks nothing"
 
 
 def test_utilization_panels_draw_busy_and_saturated_lines() -> None:

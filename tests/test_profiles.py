@@ -15,7 +15,6 @@ BURSTSCOPE_REQUIRE_INTEGRATION=1.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -72,9 +71,6 @@ def profiles(
     fleet = make_fleet(full, NODES, quiet_every=3, port=free_port(), lean=lean_exposition)
     tmp: Path = tmp_path_factory.mktemp("profiles")
     config = prometheus_config(tmp, fleet, "1s", shorten_for=True)
-    for name in ("recording.rules.yml", "alerts.rules.yml"):  # burstscope.link: every 1 s
-        rules = tmp / name
-        rules.write_text(re.sub(r"^(\s+interval:) \S+$", r"\1 1s", rules.read_text(), flags=re.M))
     instances = [f"{n.address}:{fleet.port}" for n in fleet.nodes]
     with fleet.running(), running_prometheus(binary, config, tmp / "data", free_port()) as prom:
         wait_for(lambda: prom.value('count(up{job="burstscope"} == 1)') == NODES, 30, "every node")

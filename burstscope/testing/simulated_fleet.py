@@ -270,7 +270,7 @@ def make_fleet(
 
 
 def prometheus_config(tmp: Path, fleet: Fleet, interval: str, shorten_for: bool) -> Path:
-    names = _rule_files(tmp, shorten_for)
+    names = _rule_files(tmp, shorten_for, interval)
     targets = [f"{n.address}:{fleet.port}" for n in fleet.nodes]
     config = tmp / "prometheus.yml"
     config.write_text(
@@ -285,13 +285,15 @@ def prometheus_config(tmp: Path, fleet: Fleet, interval: str, shorten_for: bool)
     return config
 
 
-def _rule_files(directory: Path, shorten_for: bool) -> list[str]:
-    """Both rules files copied into ``directory`` (every ``for:`` 2 s with ``shorten_for``)."""
+def _rule_files(directory: Path, shorten_for: bool, interval: str) -> list[str]:
+    """Both rules files copied into ``directory``; with ``shorten_for`` (a test's copy) every
+    ``for:`` 2 s and every group's own ``interval:`` the test's ``interval``."""
     names = []
     for name in ("recording.rules.yml", "alerts.rules.yml"):
         text = (DASHBOARDS / "prometheus" / name).read_text()
         if shorten_for:
             text = re.sub(r"^(\s+for:) \S+$", r"\1 2s", text, flags=re.MULTILINE)
+            text = re.sub(r"^(\s+interval:) \S+$", rf"\1 {interval}", text, flags=re.MULTILINE)
         (directory / name).write_text(text)
         names.append(name)
     return names
@@ -336,7 +338,7 @@ def shard_configs(
         config = _example("shard.example.yml")
         _intervals(config, interval, evaluate=True)
         config["global"]["external_labels"]["shard"] = str(index)
-        config["rule_files"] = _rule_files(directory, shorten_for)
+        config["rule_files"] = _rule_files(directory, shorten_for, interval)
         del config["alerting"]
         config["scrape_configs"] = [
             job for job in config["scrape_configs"] if job["job_name"] == "burstscope"
