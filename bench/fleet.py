@@ -102,6 +102,7 @@ RULES_POLL_S = 5
 # Each shard's turn alone on the cores (rules_alone): every 15 s group evaluates four times,
 # every 30 s group (dashboards/rules.py SLOW_WINDOWS_INTERVAL) twice.
 ALONE_S = 60
+# Left out at the start of each turn: what the turn before left waiting on the shard.
 ALONE_SETTLE_S = 10
 # Series the global server holds of its own (its federation scrapes' up, scrape_*) or that
 # change state (ALERTS): left out of its backfilled history.
@@ -154,8 +155,8 @@ def write_backfill(
     the recorded series in ``recorded`` (labels with ``__name__``, value) as constants, one
     sample per evaluation of its rule (``recorded_every_s``): the fleet's counters advance at
     constant rates, so every rate the rules record is constant too, and the values are those
-    the real rules computed on the live fleet. Without
-    ``every_node``, only the drill-down node's series (if any) and ``recorded``.
+    the real rules computed on the live fleet. Without ``every_node``, only the drill-down
+    node's series (if any) and ``recorded``.
     """
     start, end, step_s = history
     steps = [int(start + k * step_s) for k in range(int((end - start) // step_s))]

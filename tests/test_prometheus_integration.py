@@ -56,14 +56,7 @@ class Prometheus(simulated_fleet.Prometheus):
 def test_rule_copy(tmp: Path) -> list[str]:
     """The rules with every ``for:`` cut to 2 s and every group's ``interval:`` to 1 s (the
     day-long maxima of burstscope.link), so alerts fire and rules record within a test."""
-    names = []
-    for name in ("recording.rules.yml", "alerts.rules.yml"):
-        text = (DASHBOARDS / "prometheus" / name).read_text()
-        text = re.sub(r"^(\s+for:) \S+$", r"\1 2s", text, flags=re.MULTILINE)
-        text = re.sub(r"^(\s+interval:) \S+$", r"\1 1s", text, flags=re.MULTILINE)
-        (tmp / name).write_text(text)
-        names.append(name)
-    return names
+    return simulated_fleet.rule_files(tmp, shorten_for=True, interval="1s")
 
 
 test_rule_copy.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test

@@ -270,7 +270,7 @@ def make_fleet(
 
 
 def prometheus_config(tmp: Path, fleet: Fleet, interval: str, shorten_for: bool) -> Path:
-    names = _rule_files(tmp, shorten_for, interval)
+    names = rule_files(tmp, shorten_for, interval)
     targets = [f"{n.address}:{fleet.port}" for n in fleet.nodes]
     config = tmp / "prometheus.yml"
     config.write_text(
@@ -285,7 +285,7 @@ def prometheus_config(tmp: Path, fleet: Fleet, interval: str, shorten_for: bool)
     return config
 
 
-def _rule_files(directory: Path, shorten_for: bool, interval: str) -> list[str]:
+def rule_files(directory: Path, shorten_for: bool, interval: str) -> list[str]:
     """Both rules files copied into ``directory``; with ``shorten_for`` (a test's copy) every
     ``for:`` 2 s and every group's own ``interval:`` the test's ``interval``."""
     names = []
@@ -338,7 +338,7 @@ def shard_configs(
         config = _example("shard.example.yml")
         _intervals(config, interval, evaluate=True)
         config["global"]["external_labels"]["shard"] = str(index)
-        config["rule_files"] = _rule_files(directory, shorten_for, interval)
+        config["rule_files"] = rule_files(directory, shorten_for, interval)
         del config["alerting"]
         config["scrape_configs"] = [
             job for job in config["scrape_configs"] if job["job_name"] == "burstscope"
