@@ -111,7 +111,9 @@ HELP: dict[str, str] = {
     "burstscope_port_peak_utilization_ratio": "Highest per-sample utilization in the "
     "trailing window named by the window label, resolved to 100 ms: 15s loses no peak at "
     "scrape intervals up to 10 s, 75s none up to 60 s; max_over_time over a range gives "
-    "the peak of that range.",
+    "the peak of that range. Present while the port's line rate is known and a sample falls "
+    "in the window (not before the port's first reading, nor when the sampler stalled "
+    "longer than the window).",
     "burstscope_port_bursts_total": "Bursts that ended: maximal runs of samples above the "
     "burst threshold (50% of line rate by default, after Zhang et al., IMC 2017).",
     "burstscope_port_burst_bytes_total": "Bytes carried inside bursts that ended.",
@@ -711,12 +713,13 @@ def _direction_families(
         )
     for window, length in windows:
         peak = live.peak(length, now_ns)
-        out.gauge(
-            "burstscope_port_peak_utilization_ratio",
-            (*PORT_DIRECTION, "window"),
-            [*labels, window],
-            0.0 if peak is None else peak,
-        )
+        if peak is not None:  # no sample in the window: no peak, not a peak of 0
+            out.gauge(
+                "burstscope_port_peak_utilization_ratio",
+                (*PORT_DIRECTION, "window"),
+                [*labels, window],
+                peak,
+            )
     if not lean:
         out.counter("burstscope_port_bursts_total", PORT_DIRECTION, labels, live.bursts)
         out.counter("burstscope_port_burst_bytes_total", PORT_DIRECTION, labels, live.burst_bytes)

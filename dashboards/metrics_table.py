@@ -46,7 +46,6 @@ PRESENT_WHEN = {
     "burstscope_port_congestion_packets_total": "Ports with the CNP/ECN hw_counters (mlx5 RoCE), "
     "per counter the port has.",
     "burstscope_port_utilization_ratio": "While the port's line rate is known.",
-    "burstscope_port_peak_utilization_ratio": "While the port's line rate is known.",
     "burstscope_port_bursts_total": "While the port's line rate is known.",
     "burstscope_port_burst_bytes_total": "While the port's line rate is known.",
     "burstscope_port_burst_duration_seconds": "While the port's line rate is known.",
@@ -105,6 +104,7 @@ def _families() -> dict[str, tuple[str, list[str]]]:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     import dataclasses
+    from collections import deque
     from types import SimpleNamespace
 
     import numpy as np
@@ -149,7 +149,7 @@ def _families() -> dict[str, tuple[str, list[str]]]:
     spec = PortSpec("mlx5_0", 1, 50_000_000_000)
     view = DirectionView(
         bytes_total=0,
-        live=LiveDirection(),
+        live=LiveDirection(slots=deque([(0, 0.5)])),  # one sample at "now": a peak
         saturated_seconds=0.0,
         hidden_saturated_seconds=0.0,
         resets=0,

@@ -25,6 +25,7 @@ import pytest
 from burstscope.testing.processes import AgentProcess, LoggedProcess, free_port
 from tests.conftest import FIXTURES, compare_golden, require_binary, require_root
 from tests.test_exposition import normalize
+from tests.test_hardware import GOLDEN_READY
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "deploy" / "container" / "build.sh"
@@ -120,17 +121,7 @@ def test_the_image_serves_the_fixture_trees_counters_as_the_daemonset_runs_it(
 ) -> None:
     agent = ContainerAgent(image[0])
     try:
-        body = agent.scrape_when(
-            'burstscope_port_state{device="rxe0",port="1"}',
-            'burstscope_port_physical_state{device="i40iw0",port="1"}',
-            'burstscope_port_stuck_at_all_ones{counter="port_xmit_wait",device="mlx4_0",port="1"}',
-            'burstscope_port_data_bytes_total{device="mlx5_5",direction="receive",port="1"} '
-            "800000.0",
-            'burstscope_port_data_bytes_total{device="bnxt_re0",direction="receive",port="1"} '
-            "6000.0",
-            'burstscope_port_data_bytes_total{device="efa_0",direction="receive",port="1"} '
-            "9.87654321e+08",
-        )
+        body = agent.scrape_when(*GOLDEN_READY)
         # The same exposition as the agent outside the image on the same tree.
         compare_golden(GOLDEN, normalize(body), update_golden)
         # What the pod's privileges give: SCHED_FIFO where the cgroup grants real-time runtime,

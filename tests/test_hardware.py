@@ -33,6 +33,23 @@ from tests.test_exposition import normalize
 TREE = FIXTURES / "hardware" / "sys"
 DISCOVERY_GOLDEN = FIXTURES / "hardware" / "discovery.golden.json"
 EXPOSITION_GOLDEN = FIXTURES / "hardware" / "exposition.golden.prom"
+# What the exposition golden waits for (here and in the container image's test): the slow
+# poll landed (state of every port, sampled or not), every port's samples drained,
+# hw_counters ones included, and a sample of each port read at every tick in a peak window
+# (a port's first reading gives its bytes, its second its first utilization sample).
+GOLDEN_READY = (
+    'burstscope_port_state{device="rxe0",port="1"}',
+    'burstscope_port_physical_state{device="i40iw0",port="1"}',
+    'burstscope_port_stuck_at_all_ones{counter="port_xmit_wait",device="mlx4_0",port="1"}',
+    'burstscope_port_data_bytes_total{device="mlx5_5",direction="receive",port="1"} 800000.0',
+    'burstscope_port_data_bytes_total{device="bnxt_re0",direction="receive",port="1"} 6000.0',
+    'burstscope_port_data_bytes_total{device="efa_0",direction="receive",port="1"} 9.87654321e+08',
+    *(
+        f'burstscope_port_peak_utilization_ratio{{device="{device}",direction="receive",'
+        'port="1",window="75s"}'
+        for device in ("mlx4_0", "mlx4_1", "efa_0")
+    ),
+)
 GBIT = Fraction(1_000_000_000, 8)  # bytes per second in one Gb/s
 
 # drivers/infiniband/core/sysfs.c rate_show: per-lane deci-Gb/s 25, 50, 100, 100, 140, 250,
@@ -163,17 +180,7 @@ def agent_on_tree() -> Iterator[AgentProcess]:
 def test_no_port_stops_the_agent_and_the_exposition_golden(
     agent_on_tree: AgentProcess, update_golden: bool
 ) -> None:
-    # Once the slow poll has landed (state of every port, sampled or not).
-    body = agent_on_tree.scrape_when(
-        'burstscope_port_state{device="rxe0",port="1"}',
-        'burstscope_port_physical_state{device="i40iw0",port="1"}',
-        'burstscope_port_stuck_at_all_ones{counter="port_xmit_wait",device="mlx4_0",port="1"}',
-        # and the samples of every port drained, hw_counters ones included
-        'burstscope_port_data_bytes_total{device="mlx5_5",direction="receive",port="1"} 800000.0',
-        'burstscope_port_data_bytes_total{device="bnxt_re0",direction="receive",port="1"} 6000.0',
-        'burstscope_port_data_bytes_total{device="efa_0",direction="receive",port="1"} '
-        "9.87654321e+08",
-    )
+    body = agent_on_tree.scrape_when(*GOLDEN_READY)
     compare_golden(EXPOSITION_GOLDEN, normalize(body), update_golden)
     # Bytes sampled and exported for the zero and the missing rate; no utilization there.
     for device in ("mlx5_4", "mlx5_5"):

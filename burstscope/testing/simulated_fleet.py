@@ -78,16 +78,13 @@ def _capture(seconds: float, extra: list[str]) -> Exposition:
             raise RuntimeError("the sim agent did not sample within 10 s")
         url = f"http://127.0.0.1:{port}/metrics"
         deadline = time.monotonic() + 60
-        # Wait for the slow poller's first readings (port state), the job, and every port's
-        # line rate: until a port's rate is read its utilization families are absent, and a
-        # capture taken then would serve a node without peaks (seen on a loaded machine).
-        while not _complete(scrape(url)):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the sim agent exported no port rates and peaks within 60 s")
-            time.sleep(0.2)
-        first, t1 = scrape(url), time.monotonic()
-        time.sleep(seconds)
-        second, t2 = scrape(url), time.monotonic()
+        # The agent publishes its counters once per drain (1 s): two scrapes a second apart
+        # can fall between the same two drains and see no counter move. So each of the two
+        # is the first scrape to see a new drain, and the rates divide by the time between
+        # those two sightings (to within a poll, 20 ms).
+        first, t1 = _next_drain(url, None, deadline)
+        time.sleep(max(0.0, seconds - 0.1))
+        second, t2 = _next_drain(url, first, deadline)
     finally:
         agent.stop()
     before = {m["series"]: float(m["value"]) for m in map(SAMPLE.match, first.splitlines()) if m}
@@ -110,19 +107,44 @@ def _capture(seconds: float, extra: list[str]) -> Exposition:
     return Exposition(names, prefixes, values, rates, "\n".join(helps))
 
 
+def _drained(text: str) -> tuple[str, ...]:
+    """The byte counters of a scrape: they change with every drain (the sim always sends)."""
+    return tuple(line for line in text.splitlines() if line.startswith("burstscope_port_data_"))
+
+
+def _next_drain(url: str, after: str | None, deadline: float) -> tuple[str, float]:
+    """The first complete scrape of a drain after ``after``'s (None: after the one the agent
+    shows now) and when it was taken; a capture never waits past ``deadline``."""
+    seen = _drained(after) if after is not None else None
+    while True:
+        text, at = scrape(url), time.monotonic()
+        if _complete(text):
+            if seen is None:
+                seen = _drained(text)
+            elif _drained(text) != seen:
+                return text, at
+        if at > deadline:
+            # Until a port's rate is read its utilization families are absent, and a capture
+            # taken then would serve a node without peaks (seen on a loaded machine).
+            raise RuntimeError("the sim agent exported no complete drain of every port within 60 s")
+        time.sleep(0.02)
+
+
 def _complete(text: str) -> bool:
-    """Port state, the job, and a line rate and a 1 ms peak for every port with a state."""
+    """Port state, the job, and a line rate, a 1 ms peak and bytes of every port with a
+    state: the drain after the first reading (before it, peaks and bytes are absent)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     found: dict[str, set[tuple[str, str]]] = {
         "burstscope_port_state": set(),
         "burstscope_port_line_rate_bytes_per_second": set(),
         "burstscope_port_peak_utilization_ratio": set(),
+        "burstscope_port_data_bytes": set(),
     }
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name in found:
-                found[sample.name].add((sample.labels["device"], sample.labels["port"]))
+            if family.name in found:
+                found[family.name].add((sample.labels["device"], sample.labels["port"]))
     ports = found["burstscope_port_state"]
     return bool(ports) and all(ports == seen for seen in found.values()) and "job_port{" in text
 
