@@ -228,19 +228,25 @@ def test_every_fleet_panel_answers_on_the_global_as_on_one_server(
         if t.dashboard == "fleet-overview"
     ]
     differences: dict[str, str] = {}
-    empty: list[str] = []
+    asking = list(queries)
 
     def alike() -> bool:
         # Each server evaluates its rule groups on its own schedule, and the global sees a
-        # shard's evaluation one federation scrape later: ask again until all agree.
+        # shard's evaluation one federation scrape later; the two servers scrape a node at
+        # different moments too, so a rate's two answers differ by their scrapes' jitter
+        # (up to a tenth of the interval on a loaded machine): ask each query again until
+        # it agrees once, with data unless the simulation lacks what it reads (the fleet
+        # consumer's panels, none here).
         differences.clear()
-        empty.clear()
-        for title, query in queries:
+        for title, query in list(asking):
             found = difference(query, federation.top, federation.reference)
-            if found is not None:
+            simulated = not any(name in query for name in NOT_SIMULATED)
+            if found is None and simulated and not answer(federation.reference, query):
+                found = "empty on both"
+            if found is None:
+                asking.remove((title, query))
+            else:
                 differences[title] = found
-            elif not answer(federation.reference, query):
-                empty.append(title)
         return not differences
 
     wait_until(alike, 20)
@@ -249,13 +255,6 @@ def test_every_fleet_panel_answers_on_the_global_as_on_one_server(
     # evaluation (every saturating node serves the same peaks: the ties change places).
     hottest = "instance_device_port_direction:burstscope_port_peak_utilization_ratio:topk20_max"
     assert federation.top.value(f"count({hottest})") <= 20 * SHARDS
-    # Empty on both: the fleet consumer's (none here) and what the simulation lacks.
-    simulated = [
-        title
-        for title, query in queries
-        if title in empty and not any(name in query for name in NOT_SIMULATED)
-    ]
-    assert simulated == []
 
 
 def test_burst_saturation_alerts_reach_the_global_for_the_saturating_nodes_only(
@@ -337,8 +336,9 @@ def test_the_global_holds_a_few_dozen_series_per_node(federation: Federation) ->
         federation.top,
         'count by (instance) ({job="burstscope", __name__!~"ALERTS|.+:(peak_)?topk20_.+"})',
     )
-    # At most 28 for a node with one job on 9 ports: 13 per node (the counts only while not
-    # 0), 4 per job, burstscope_info, burstscope_job_info and a burstscope_job_port per port
-    # the job holds; 7 more at most while ports are silent, below their peers, storming or
-    # throttled (4 causes), none of which the simulated nodes are.
-    assert len(per_node) == NODES and max(v for _, v in per_node) <= 28, per_node
+    # At most 32 for a node with one job on 9 ports: 13 per node (the counts only while not
+    # 0), one per throttling cause judged (4), 4 per job, burstscope_info,
+    # burstscope_job_info and a burstscope_job_port per port the job holds; 3 more at most
+    # while ports are silent, below their peers or storming, none of which the simulated
+    # nodes are.
+    assert len(per_node) == NODES and max(v for _, v in per_node) <= 32, per_node

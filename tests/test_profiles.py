@@ -45,8 +45,8 @@ LEAN_SERIES_PER_PORT = 15
 NODES = 4  # 0 quiet full, 1 saturated lean, 2 saturated full, 3 quiet lean
 RULES = Path(__file__).resolve().parent.parent / "dashboards" / "prometheus"
 # Recording rules the simulated nodes never feed: no port congested while saturated, silent
-# under its job or below its peers, no PFC storm, no throttled agent.
-NOT_FED = ("congested", "silent_under_job", "below_peers", "pfc_storms", "throttled_seconds")
+# under its job or below its peers, no PFC storm.
+NOT_FED = ("congested", "silent_under_job", "below_peers", "pfc_storms")
 
 
 @dataclass

@@ -132,7 +132,7 @@ def _next_drain(url: str, after: str | None, deadline: float) -> tuple[str, floa
 
 def _complete(text: str) -> bool:
     """Port state, the job, and a line rate, a 1 ms peak and bytes of every port with a
-    state: the drain after the first reading (before it, peaks and bytes are absent)."""
+    state (the drain after the first reading: before it, peaks and bytes are absent)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     found: dict[str, set[tuple[str, str]]] = {
@@ -146,7 +146,14 @@ def _complete(text: str) -> bool:
             if family.name in found:
                 found[family.name].add((sample.labels["device"], sample.labels["port"]))
     ports = found["burstscope_port_state"]
-    return bool(ports) and all(ports == seen for seen in found.values()) and "job_port{" in text
+    # and the first judged second of the node's throttling (a few seconds in): a capture
+    # without it would serve a node that never had its throttled seconds.
+    return (
+        bool(ports)
+        and all(ports == seen for seen in found.values())
+        and "job_port{" in text
+        and "burstscope_throttled_seconds_total{" in text
+    )
 
 
 @dataclass
