@@ -34,6 +34,12 @@ from tests.test_cli_core import assert_usage_error, burstscope
 MS = 1_000_000
 SECOND = 1_000 * MS
 PERIOD = 3_300 * MS  # the simulated MoE job's iteration
+# Steps a real broker carries, 300 ms apart and starting 2 s from now: every step is still
+# open when its four summaries come. A step already due could be judged by a settle tick
+# between them, from its first summary alone (fewer than 3 nodes: not judged), and the
+# other three would be dropped as late (seen on a loaded machine).
+LIVE_PERIOD = 300 * MS
+LIVE_LEAD = 2 * SECOND
 EPOCH = 1_800_000_000 * SECOND
 NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
 RAILS = tuple(f"mlx5_{index}/1" for index in range(4))
@@ -46,10 +52,11 @@ def summary(
     jobs: tuple[str, ...] = ("4242",),
     slow_rail: str | None = None,
     start: int = EPOCH,
+    period: int = PERIOD,
 ) -> NodeStep:
     """One node's step ``step`` of a job: 200 ms of traffic on four rails, the onset of
     every rail ``late_ms`` late; ``slow_rail`` ends 10 ms after the others."""
-    onset = start + step * PERIOD + round(late_ms * MS) + 20_000 * NODES.index(host)
+    onset = start + step * period + round(late_ms * MS) + 20_000 * NODES.index(host)
     end = onset + 200 * MS
     rails = tuple(
         RailStep(rail, onset, end + (10 * MS if rail == slow_rail else 0), 10**9, 1.0)
@@ -302,9 +309,11 @@ def test_four_nodes_through_a_real_broker(consumer: tuple[Consumer, str, str]) -
     import paho.mqtt.publish
 
     running, url, metrics = consumer
-    start = time.time_ns() - 30 * SECOND  # settled as soon as they come
+    start = time.time_ns() + LIVE_LEAD
     bodies = [
-        message(summary(host, step, 6.0 if host == "gpu04" else 0.0, start=start))
+        message(
+            summary(host, step, 6.0 if host == "gpu04" else 0.0, start=start, period=LIVE_PERIOD)
+        )
         for step in range(5)
         for host in NODES
     ]
@@ -352,10 +361,10 @@ def test_the_fleet_dashboards_straggler_panels_read_the_consumer_in_prometheus(
 
     binary = require_binary("prometheus")
     _, url, metrics = consumer
-    start = time.time_ns() - 120 * SECOND
+    start = time.time_ns() + LIVE_LEAD
     bodies = [
         message(summary(host, step, 6.0 if host == "gpu04" else 0.0, start=start,
-                        slow_rail="mlx5_2/1"))
+                        slow_rail="mlx5_2/1", period=LIVE_PERIOD))
         for step in range(21)
         for host in NODES
     ]  # fmt: skip
