@@ -212,11 +212,13 @@ class _Source(files.FileCounterSource):
         return []
 
 
+@pytest.mark.parametrize("spin_ns", [0, 1_000_000], ids=["sleeping", "never-sleeping"])
 @pytest.mark.parametrize("path", ["compiled", "python"])
 def test_sigterm_stops_either_loop_cleanly(
-    path: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    path: str, spin_ns: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The compiled loop sleeps in C: a signal interrupts it and the Python handler runs."""
+    """The compiled loop runs in C: a signal that interrupts its sleep, and one that comes
+    while it reads or spins (a spin as long as the interval never sleeps), runs the handler."""
     import os
     import signal
     import time
@@ -227,7 +229,8 @@ def test_sigterm_stops_either_loop_cleanly(
         pytest.skip("built without the compiled tick")
     if path == "python":
         monkeypatch.setenv(files.PURE_PYTHON_ENV, "1")
-    sampler = Sampler(_Source(_files(tmp_path)[:2]), SamplerConfig(interval_ns=1_000_000))
+    config = SamplerConfig(interval_ns=1_000_000, spin_ns=spin_ns)
+    sampler = Sampler(_Source(_files(tmp_path)[:2]), config)
     ring = sampler.start()
     try:
         while ring.get(Field.TICKS) < 20:

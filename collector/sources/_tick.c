@@ -235,8 +235,9 @@ done:
  * header words (`header`: the indexes of HEAD, TICKS, MISSED_TICKS, STOP_REQUESTED,
  * HEARTBEAT_NS as a tuple), so the Python loop and this one are interchangeable tick by
  * tick. It returns to Python:
- *   reason 0: STOP_REQUESTED was set (by the SIGTERM handler, which runs here when a
- *             signal interrupts the sleep, or by the parent);
+ *   reason 0: STOP_REQUESTED was set (by the SIGTERM handler, which runs here: at once
+ *             when a signal interrupts the sleep, else before the next tick; or by the
+ *             parent);
  *   reason 1: a tick with ports left to Python (`pending`): the record at `offset` is
  *             filled but for those and not yet committed; `woke` is its wake-up time.
  *             Python reads them, commits the tick and does its bookkeeping;
@@ -282,7 +283,12 @@ static PyObject *run_ticks(PyObject *self, PyObject *args) {
         uint8_t *flag = (uint8_t *)pending.buf;
         int reason = 0;
         int64_t woke = 0, offset = 0;
-        while (!__atomic_load_n(&header[stop_i], __ATOMIC_RELAXED)) {
+        for (;;) {
+            /* A signal that came while this loop read or spun, not slept, only set CPython's
+             * flag: nothing here returns EINTR for it, so its handler (the SIGTERM one sets
+             * STOP_REQUESTED) runs here or never. An atomic load when none is pending. */
+            if (PyErr_CheckSignals() < 0) goto done;
+            if (__atomic_load_n(&header[stop_i], __ATOMIC_RELAXED)) break;
             int64_t wait_until = deadline - spin;
             if (now_ns() < wait_until) {
                 struct timespec at = {wait_until / 1000000000LL, wait_until % 1000000000LL};
@@ -290,10 +296,7 @@ static PyObject *run_ticks(PyObject *self, PyObject *args) {
                 Py_BEGIN_ALLOW_THREADS
                 slept = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL);
                 Py_END_ALLOW_THREADS
-                if (slept == EINTR) {
-                    if (PyErr_CheckSignals() < 0) goto done; /* a handler raised */
-                    continue;                                /* maybe asked to stop */
-                }
+                if (slept == EINTR) continue; /* a signal: its handler runs at the top */
             }
             if (spin)
                 while (now_ns() < deadline) {
