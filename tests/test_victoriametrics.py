@@ -78,11 +78,12 @@ TOLERANCES = {
     # MetricsQL's rate and increase start from the last sample before the window and do not
     # extrapolate to its edges (the page above, and its rate section); Prometheus' take the
     # first and last samples inside it and extrapolate. On a steady counter both give its
-    # slope, apart by when each sample's value was read after its scrape's timestamp: a few
-    # ms over the window, 0.02% measured here; 2% allows 80 ms over this test's 4 s window.
-    # histogram_quantile and ratios of rates carry theirs.
-    "rate": Tolerance(0.02, "no extrapolation; from the sample before the window"),
-    "increase": Tolerance(0.02, "no extrapolation; from the sample before the window"),
+    # slope, apart by when each sample's value was read after its scrape's timestamp (the
+    # simulated fleet computes it when it serves): 0.02% measured on a quiet machine, 2.2%
+    # (88 ms) beside two CPU hogs; 5% allows 200 ms over this test's 4 s window, and still
+    # tells a window one scrape short (25%). histogram_quantile and ratios of rates carry theirs.
+    "rate": Tolerance(0.05, "no extrapolation; from the sample before the window"),
+    "increase": Tolerance(0.05, "no extrapolation; from the sample before the window"),
 }
 # MetricsQL keeps the metric name through functions that do not change what a series means
 # (the page above); PromQL drops it. The panels' legends name their own labels.
