@@ -54,8 +54,11 @@ $(CHECKOV_STAMP):
 		'checkov==$(CHECKOV_VERSION)'
 	touch $@
 
+# Two workers, a test file each at a time (pyproject.toml's test extra says why);
+# `make test WORKERS=0` runs in one process.
+WORKERS ?= 2
 test: $(ALL_STAMP) $(HTA_STAMP) $(CHECKOV_STAMP) system-packages
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile
 
 # Each benchmark prints one JSON line (sampler: one per configuration) and compares
 # against a reference measured in the same run.
