@@ -85,10 +85,25 @@ class LoggedProcess:
         return found[0]
 
     def stop(self, signum: int = signal.SIGTERM, timeout: float = DEADLINE_SECONDS) -> int:
-        """Send ``signum``, wait for the exit and for every line it wrote; the exit status."""
+        """Send ``signum``, wait for the exit and for every line it wrote; the exit status.
+        A process that does not exit in time fails the test with its last lines: for a Python
+        one started with PYTHONFAULTHANDLER set, every thread's stack, which SIGABRT dumps."""
         if self.process.poll() is None:
             self.process.send_signal(signum)
-        status = self.process.wait(timeout)
+        try:
+            status = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGABRT)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self._reader.join(10)
+            tail = "\n".join(self.lines[-80:])
+            raise AssertionError(
+                f"still running {timeout:g} s after {signum!r}; log:\n{tail}"
+            ) from None
         self._reader.join(timeout)
         return status
 
@@ -156,6 +171,8 @@ class AgentProcess:
     def __init__(self, *args: str, scheme: str = "http", **popen: Any) -> None:
         self.port = free_port()
         self.url = f"{scheme}://127.0.0.1:{self.port}"
+        # An agent that hangs on its way out shows every thread's stack (LoggedProcess.stop).
+        popen["env"] = {**popen.get("env", os.environ), "PYTHONFAULTHANDLER": "1"}
         self.run = LoggedProcess(
             [
                 sys.executable,
