@@ -7,11 +7,12 @@ The command line only parses flags (burstscope/commands/agent.py) and calls ``se
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import queue
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -623,17 +624,18 @@ def serve(args: argparse.Namespace) -> int:
     sys.setswitchinterval(_SWITCH_INTERVAL_S)
     agent = Agent(settings, open_recording(settings))
     notifier = Notifier()
-    wake = threading.Event()
-    pending: list[int] = []
-    fatal: list[str] = []
+    # Signals and a fatal pipeline failure, in order: a signal number or the failure's reason.
+    # SimpleQueue, not an Event: a handler runs between any two bytecodes of the main thread,
+    # and Event.set() takes the lock that the main thread may hold right then inside
+    # Event.wait() or clear(), which would hang for ever. SimpleQueue.put() is reentrant
+    # (its documentation says so), and a blocked get() runs the handlers.
+    wake: queue.SimpleQueue[int | str] = queue.SimpleQueue()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        pending.append(signum)
-        wake.set()
+        wake.put(signum)
 
     def on_fatal(reason: str) -> None:
-        fatal.append(reason)
-        wake.set()
+        wake.put(reason)
 
     agent.pipeline.on_fatal = on_fatal
 
@@ -664,17 +666,19 @@ def serve(args: argparse.Namespace) -> int:
         notifier.ready(status)
         watchdog = _start_watchdog(agent, notifier)
         while True:
-            wake.wait()
-            wake.clear()
+            events = [wake.get()]
+            with contextlib.suppress(queue.Empty):
+                while True:  # what came together is acted on once: a stop before a reload
+                    events.append(wake.get_nowait())
+            fatal = [event for event in events if isinstance(event, str)]
             if fatal:
                 # Restarting did not cure it: exit non-zero so the service manager (or
                 # whoever runs us) sees the failure instead of a node that looks healthy.
                 _LOG.critical("stopping: %s", fatal[0])
                 return 1
-            if signal.SIGTERM in pending or signal.SIGINT in pending:
+            if signal.SIGTERM in events or signal.SIGINT in events:
                 break
-            if signal.SIGHUP in pending:
-                pending.clear()
+            if signal.SIGHUP in events:
                 notifier.reloading()
                 try:
                     reload_agent(agent, args)

@@ -6,8 +6,9 @@ import os
 import shutil
 import signal
 import sys
-import threading
 from types import FrameType
+
+from burstscope.collector.threads import SignalSafeEvent
 
 
 def command() -> str:
@@ -31,9 +32,9 @@ def plot_available() -> bool:
     return True
 
 
-def stop_on_signals() -> threading.Event:
+def stop_on_signals() -> SignalSafeEvent:
     """An event set by SIGINT or SIGTERM: long-running commands end cleanly and report."""
-    stop = threading.Event()
+    stop = SignalSafeEvent()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
         stop.set()

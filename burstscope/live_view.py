@@ -23,6 +23,7 @@ from burstscope.attribution import JobSettingsError, build_watcher
 from burstscope.collector.pipeline import Pipeline
 from burstscope.collector.sampler import SamplerError
 from burstscope.collector.snapshot import Snapshot
+from burstscope.collector.threads import SignalSafeEvent
 from burstscope.errors import UsageError
 from burstscope.invocation import stop_on_signals
 from burstscope.top_view import plain_lines, table
@@ -57,7 +58,7 @@ def keypresses(stream: TextIO) -> Iterator[Callable[[float], str]]:
 
 def watch(
     snapshot: Callable[[], Snapshot],
-    stop: threading.Event,
+    stop: threading.Event | SignalSafeEvent,
     duration_seconds: float | None = None,
     title: str = "burstscope top",
     console: Console | None = None,

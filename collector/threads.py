@@ -9,6 +9,7 @@ kernel's 15 characters (``comm``, prctl(2) PR_SET_NAME), through setproctitle's
 
 from __future__ import annotations
 
+import queue
 import threading
 
 COMM_CHARACTERS = 15  # TASK_COMM_LEN 16, less the terminating NUL (include/linux/sched.h)
@@ -28,3 +29,39 @@ def name_os_thread() -> None:
     except ImportError:
         return
     setthreadtitle(os_thread_name(threading.current_thread().name))
+
+
+class SignalSafeEvent:
+    """``threading.Event``'s ``set``, ``is_set`` and ``wait``, safe to set from a signal
+    handler.
+
+    A Python signal handler runs in the main thread between two bytecodes, and
+    ``Event.set()`` takes the lock that the main thread may hold at that very moment inside
+    ``Event.wait()`` (entering, or returning from a timed-out wait): the handler would then
+    wait for itself for ever, and Ctrl-C or SIGTERM would hang the program. ``set`` here
+    takes no lock: it sets a flag and puts into a ``queue.SimpleQueue``, whose ``put`` the
+    standard library documents as reentrant; a ``wait`` blocked in its ``get`` runs the
+    handlers.
+    """
+
+    def __init__(self) -> None:
+        self._set = False
+        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
+
+    def set(self) -> None:
+        self._set = True
+        self._wake.put(None)
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once set, else False after ``timeout`` seconds (None: no limit)."""
+        if self._set:
+            return True
+        try:
+            self._wake.get(timeout=timeout)
+        except queue.Empty:
+            return self._set
+        self._wake.put(None)  # every other waiter wakes too
+        return True

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 from types import FrameType
@@ -40,6 +39,7 @@ from burstscope.collector.simulation.stragglers import (
     step_starts,
 )
 from burstscope.collector.simulation.sysfs_writer import SysfsWriter
+from burstscope.collector.threads import SignalSafeEvent
 from burstscope.collector.trace import TraceError, TraceInfo, TraceWriter, prepare_output
 from burstscope.collector.tracegen import (
     FIXED_EPOCH_NS,
@@ -368,7 +368,7 @@ def _run_sysfs(args: argparse.Namespace, model: TrafficModel) -> int:
     root = Path(args.sysfs)
     _prepare_tree(root)
     writer = SysfsWriter(root, model)
-    stop = threading.Event()
+    stop = SignalSafeEvent()  # set from a signal handler
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()

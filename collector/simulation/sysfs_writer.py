@@ -22,6 +22,7 @@ from burstscope.collector.simulation.congestion import SATURATED, congestion_cou
 from burstscope.collector.simulation.cursor import CounterCursor
 from burstscope.collector.simulation.model import TrafficModel
 from burstscope.collector.simulation.profiles import MS, SECOND
+from burstscope.collector.threads import SignalSafeEvent
 
 # counters/ files that stay at zero on a healthy port (IBA PortCounters).
 _ERROR_COUNTERS = (
@@ -185,7 +186,7 @@ class SysfsWriter:
         self,
         duration_ns: int | None = None,
         interval_ns: int = MS,
-        stop: threading.Event | None = None,
+        stop: threading.Event | SignalSafeEvent | None = None,
     ) -> int:
         """Update in real time (model zero = now) until ``duration_ns`` or ``stop``.
 
