@@ -187,6 +187,12 @@ class Fleet:
     nodes: list[Node]
     port: int
     started: float = field(default_factory=time.time)
+    # Each sample carries the millisecond its value was computed for (the text format's
+    # optional timestamp, which Prometheus honours by default): a value served late, behind a
+    # busy test thread holding the GIL, is then stored at its own time rather than at the
+    # scrape's start. The agent sends none; tests that compare engines on the stored samples
+    # ask for them, so their rates are the counters' slopes, not the server's latency.
+    timestamps: bool = False
 
     def series(self, node: Node) -> list[tuple[str, str, float, float]]:
         """(name, series, value at the capture, rate) of every series the node serves."""
@@ -216,8 +222,15 @@ class Fleet:
         return at - self.started + node.offset_s
 
     def body(self, node: Node, at: float) -> str:
+        if self.timestamps:
+            milliseconds = math.floor(at * 1000)
+            at, stamp = milliseconds / 1000, f" {milliseconds}"
+        else:
+            stamp = ""
         elapsed = self.elapsed(node, at)
-        out = [f"{prefix} {value + rate * elapsed!r}" for _, prefix, value, rate in node.lines]
+        out = [
+            f"{prefix} {value + rate * elapsed!r}{stamp}" for _, prefix, value, rate in node.lines
+        ]
         return (node.exposition or self.exposition).help_lines + "\n" + "\n".join(out) + "\n"
 
     async def _serve(
@@ -280,9 +293,11 @@ def make_fleet(
     port: int,
     lean: Exposition | None = None,
     first: int = 0,
+    timestamps: bool = False,
 ) -> Fleet:
     """``count`` nodes from address number ``first`` on; with ``lean``, every odd node serves
-    that exposition (an agent with the lean metrics profile) instead of ``exposition``."""
+    that exposition (an agent with the lean metrics profile) instead of ``exposition``;
+    ``timestamps``: see Fleet."""
     nodes = [
         Node(
             f"127.0.{1 + i // 250}.{1 + i % 250}",
@@ -292,7 +307,7 @@ def make_fleet(
         )
         for i in range(first, first + count)
     ]
-    fleet = Fleet(exposition, nodes, port)
+    fleet = Fleet(exposition, nodes, port, timestamps=timestamps)
     for node in nodes:
         node.lines = fleet.series(node)
     return fleet
