@@ -111,9 +111,9 @@ HELP: dict[str, str] = {
     "burstscope_port_peak_utilization_ratio": "Highest per-sample utilization in the "
     "trailing window named by the window label, resolved to 100 ms: 15s loses no peak at "
     "scrape intervals up to 10 s, 75s none up to 60 s; max_over_time over a range gives "
-    "the peak of that range. Present while the port's line rate is known and a sample falls "
-    "in the window (not before the port's first reading, nor when the sampler stalled "
-    "longer than the window).",
+    "the peak of that range. Present while the port's line rate is known and one of its "
+    "samples falls in the window, which ends at the newest sample the agent read: not before "
+    "the port's first reading, nor once its reads have failed for longer than the window.",
     "burstscope_port_bursts_total": "Bursts that ended: maximal runs of samples above the "
     "burst threshold (50% of line rate by default, after Zhang et al., IMC 2017).",
     "burstscope_port_burst_bytes_total": "Bytes carried inside bursts that ended.",

@@ -548,9 +548,20 @@ def test_read_errors_cost_only_their_port(
     agent.run.wait_log(f"counters/port_xmit_data refused ({error})")
     assert agent.value('burstscope_port_failed_reads_total{device="mlx5_1",port="1"}') == 0
     assert agent.ticks_advance()
+    if error == "EIO":
+        # No sample of the port in the last 15 s while the others are read: no 15 s peak,
+        # rather than the last one read (the peak's HELP says so).
+        peak = (
+            'burstscope_port_peak_utilization_ratio{{device="{}",direction="receive",port="1",'
+            'window="15s"}}'
+        )
+        assert wait_until(lambda: agent.value(peak.format("mlx5_0")) is None, 60)
+        assert agent.value(peak.format("mlx5_1")) is not None
     fuse_counters.control("xmit ok")
     fuse_counters.control("xmit 300")
     agent.wait_value(transmit, 1200)
+    if error == "EIO":
+        agent.wait_value(peak.format("mlx5_0"), lambda v: v >= 0)
     assert agent.stop() == 0
 
 
