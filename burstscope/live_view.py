@@ -7,7 +7,6 @@ import os
 import select
 import sys
 import termios
-import threading
 import time
 import tty
 from collections.abc import Callable, Iterator
@@ -58,7 +57,7 @@ def keypresses(stream: TextIO) -> Iterator[Callable[[float], str]]:
 
 def watch(
     snapshot: Callable[[], Snapshot],
-    stop: threading.Event | SignalSafeEvent,
+    stop: SignalSafeEvent,
     duration_seconds: float | None = None,
     title: str = "burstscope top",
     console: Console | None = None,

@@ -15,7 +15,6 @@ BURSTSCOPE_REQUIRE_INTEGRATION=1.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -42,10 +41,9 @@ from dashboards.rules import recorded_names
 from tests.conftest import require_binary
 from tests.test_exposition import series_per_port
 from tests.test_fleet import NOT_SIMULATED
+from tests.test_victoriametrics import topk_arguments
 
 LEAN_SERIES_PER_PORT = 15
-# ``topk [by (...)] (k, argument)``: the argument.
-TOPK = re.compile(r"^\s*topk\s*(?:by\s*\([^)]*\)\s*)?\(\s*\d+\s*,(.*)\)\s*$", re.DOTALL)
 NODES = 4  # 0 quiet full, 1 saturated lean, 2 saturated full, 3 quiet lean
 RULES = Path(__file__).resolve().parent.parent / "dashboards" / "prometheus"
 # Recording rules the simulated nodes never feed: no port congested while saturated, silent
@@ -124,10 +122,11 @@ def test_every_rule_records_for_a_lean_node_as_for_a_full_one(profiles: Profiles
     # and which ones is Prometheus' choice: its argument is compared instead, what each node
     # feeds the rule with.
     ranked = {
-        rule["record"]: match[1]
+        rule["record"]: argument
         for group in yaml.safe_load((RULES / "recording.rules.yml").read_text())["groups"]
         for rule in group["rules"]
-        if "record" in rule and (match := TOPK.match(rule["expr"]))
+        if "record" in rule
+        for _, argument in topk_arguments(rule["expr"])
     }
 
     def recorded(name: str) -> set[str]:

@@ -265,9 +265,9 @@ def answer(server: Prometheus, query: str, at: float) -> Answer:
 
 
 def topk_arguments(query: str) -> list[tuple[int, str]]:
-    """k and the argument of each ``topk(k, ...)`` in the query."""
+    """k and the argument of each ``topk [by (...)] (k, ...)`` in the query."""
     found = []
-    for match in re.finditer(r"\btopk\((\d+),\s*", query):
+    for match in re.finditer(r"\btopk\s*(?:by\s*\([^)]*\)\s*)?\(\s*(\d+)\s*,\s*", query):
         depth = 1
         for index in range(match.end(), len(query)):
             depth += {"(": 1, ")": -1}.get(query[index], 0)

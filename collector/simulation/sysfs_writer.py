@@ -12,7 +12,6 @@ half done.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,7 +185,7 @@ class SysfsWriter:
         self,
         duration_ns: int | None = None,
         interval_ns: int = MS,
-        stop: threading.Event | SignalSafeEvent | None = None,
+        stop: SignalSafeEvent | None = None,
     ) -> int:
         """Update in real time (model zero = now) until ``duration_ns`` or ``stop``.
 
