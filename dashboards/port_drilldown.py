@@ -32,7 +32,7 @@ from dashboards.builder import (
     value_mappings,
 )
 from dashboards.job_selectors import DEFAULT, Selectors
-from dashboards.rules import SLOW_WINDOWS_INTERVAL
+from dashboards.rules import PEAK_WINDOW, SLOW_WINDOWS_INTERVAL
 
 UID = "burstscope-port-drilldown"
 
@@ -40,9 +40,6 @@ PORT_ABOVE_95 = RULES.series(
     "instance_device_port_direction", "burstscope_port_samples_above_95_percent_per_samples"
 )
 SATURATION_SHARE = RULES.series("global", "burstscope_burst_saturation_share")
-# The peak window every panel reads: the longest the agent exports, so no scrape interval
-# up to 60 s loses a peak (collector.exporter.PEAK_WINDOWS; dashboards/README.md).
-PEAK_WINDOW = "75s"
 LEGEND = "{{device}}/{{port}} {{direction}}"
 PORT_LEGEND = "{{device}}/{{port}}"
 PORT_STATES = {"1": ("DOWN", "red"), "2": ("INIT", "orange"), "3": ("ARMED", "yellow")}

@@ -38,6 +38,12 @@ RUNBOOK_BASE = "https://runbooks.example.com/burstscope#"
 # evaluating them half as often leaves a shard's cores to the 15 s rules (bench/fleet.py).
 # The test copies of the rules cut it with every other interval.
 SLOW_WINDOWS_INTERVAL = "30s"
+# The peak window every panel and rule reads: the longest the agent exports
+# (collector.exporter.PEAK_WINDOWS), so no scrape interval up to 60 s loses a peak
+# (dashboards/README.md, "Scrape intervals"). Its trailing window ends at the same newest
+# sample as the 15 s one and holds it, so it is the maximum over both: a rule selecting it
+# reads half the full profile's peak series that max without (window) over both would.
+PEAK_WINDOW = "75s"
 
 
 def recorded_names(path: Path = RECORDING_RULES) -> list[str]:
