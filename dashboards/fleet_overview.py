@@ -35,9 +35,9 @@ from dashboards.port_drilldown import (
     DRILLDOWN_LINK,
     JOB_LINK,
     NODE_DRILLDOWN_LINK,
-    PEAK_WINDOW,
     job_ports_table,
 )
+from dashboards.rules import PEAK_WINDOW
 
 UID = FLEET_UID
 
