@@ -102,6 +102,10 @@ RULES_POLL_S = 5
 # Each shard's turn alone on the cores (rules_alone): every 15 s group evaluates four times,
 # every 30 s group (dashboards/rules.py SLOW_WINDOWS_INTERVAL) twice.
 ALONE_S = 60
+# The servers' GOGC, as dashboards/README.md ("Sizing the server") advises: at 590 full
+# nodes Go's default 100 collected a 0.7 to 1 GB heap every 15 s, a third of the server's
+# CPU, and rule evaluations that met a collection took up to 4 times their median.
+DEFAULT_GOGC = 200
 # Left out at the start of each turn: what the turn before left waiting on the shard.
 ALONE_SETTLE_S = 10
 # Series the global server holds of its own (its federation scrapes' up, scrape_*) or that
@@ -405,10 +409,10 @@ def make_servers(tmp: Path, fleet: Fleet, shards: int) -> list[Server]:
 
 
 @contextlib.contextmanager
-def running(binary: str, servers: list[Server]) -> Iterator[dict[str, Prometheus]]:
+def running(binary: str, servers: list[Server], gogc: int) -> Iterator[dict[str, Prometheus]]:
     with contextlib.ExitStack() as stack:
         yield {
-            s.name: stack.enter_context(running_prometheus(binary, s.config, s.data, s.port))
+            s.name: stack.enter_context(running_prometheus(binary, s.config, s.data, s.port, gogc))
             for s in servers
         }
 
@@ -515,6 +519,7 @@ def run_bench(
     quiet_every: int,
     shards: int = 0,
     profile: str = "full",
+    gogc: int = DEFAULT_GOGC,
 ) -> dict[str, Any]:
     binary = shutil.which("prometheus") or "/usr/bin/prometheus"
     promtool = shutil.which("promtool") or "/usr/bin/promtool"
@@ -531,7 +536,7 @@ def run_bench(
         live_started = time.time()
         thread = fleet_thread()
         bench_cpu, wall = time.process_time(), time.monotonic()
-        with running(binary, servers) as proms:
+        with running(binary, servers, gogc) as proms:
             cpu = {name: cpu_seconds(p.process.pid) for name, p in proms.items()}
             fleet_cpu = cpu_seconds(os.getpid(), thread)
             rule_servers = {s.name: proms[s.name] for s in servers if s.evaluates_rules}
@@ -571,7 +576,7 @@ def run_bench(
                 if server.history or server.history_node:
                     span = (end - history_hours * 3600, end, SCRAPE_S)
                     filled[server.name] = backfill(promtool, server, fleet, span)
-        with running(binary, servers) as proms:
+        with running(binary, servers, gogc) as proms:
             wait_scraped(proms, shards, nodes)
             time.sleep(2 * SCRAPE_S)
             load["before_panels"] = loadavg()
@@ -604,6 +609,7 @@ def run_bench(
         nodes=nodes,
         shards=shards,
         profile=profile,
+        gogc=gogc,
         fleet=fleet,
         load=load,
         live_s=live_s,
@@ -626,6 +632,7 @@ def report(
     nodes: int,
     shards: int,
     profile: str,
+    gogc: int,
     fleet: Fleet,
     load: dict[str, str],
     live_s: float,
@@ -677,6 +684,7 @@ def report(
         "nodes": nodes,
         "shards": shards,
         "profile": profile,
+        "prometheus_gogc": gogc,
         "quiet_nodes": sum(n.quiet for n in fleet.nodes),
         "loadavg": load,
         "live_minutes": round(live_s / 60, 1),
@@ -791,6 +799,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", choices=PROFILES, default="full", help="the exposition every node serves"
     )
+    parser.add_argument(
+        "--gogc",
+        type=int,
+        default=DEFAULT_GOGC,
+        help=f"the servers' GOGC (default {DEFAULT_GOGC}, as dashboards/README.md advises; "
+        "100 is Go's own)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= 250 * 254:
@@ -799,6 +814,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--shards must be 0 or 1 (one server) or 2 up to --nodes")
     if args.history_hours < 0 or args.live_minutes <= 0:
         parser.error("--history-hours must be >= 0 and --live-minutes > 0")
+    if args.gogc < 1:
+        parser.error("--gogc must be a positive percentage")
     result = run_bench(
         args.nodes,
         args.history_hours,
@@ -806,6 +823,7 @@ def main(argv: list[str] | None = None) -> int:
         args.quiet_every,
         args.shards,
         args.profile,
+        args.gogc,
     )
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0

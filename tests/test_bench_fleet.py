@@ -20,6 +20,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "fleet.py"
         (["--profile", "tiny"], "--profile"),
         (["--nodes", "0"], "--nodes"),
         (["--live-minutes", "0"], "--live-minutes"),
+        (["--gogc", "0"], "--gogc"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(args: list[str], named: str) -> None:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import re
 import subprocess
 import tempfile
@@ -447,8 +448,13 @@ class Prometheus:
 
 
 @contextlib.contextmanager
-def running_prometheus(binary: str, config: Path, data: Path, port: int) -> Iterator[Prometheus]:
+def running_prometheus(
+    binary: str, config: Path, data: Path, port: int, gogc: int | None = None
+) -> Iterator[Prometheus]:
+    """A Prometheus on ``port`` until the block ends; ``gogc``: its Go garbage collector's
+    GOGC (None: the environment's, Go's 100 when unset)."""
     log = (config.parent / "prometheus.log").open("wb")
+    env = None if gogc is None else {**os.environ, "GOGC": str(gogc)}
     process = subprocess.Popen(
         [
             binary,
@@ -460,6 +466,7 @@ def running_prometheus(binary: str, config: Path, data: Path, port: int) -> Iter
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
+        env=env,
     )
     server = Prometheus(f"http://127.0.0.1:{port}", process)
     try:
