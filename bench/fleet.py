@@ -103,8 +103,9 @@ RULES_POLL_S = 5
 # every 30 s group (dashboards/rules.py SLOW_WINDOWS_INTERVAL) twice.
 ALONE_S = 60
 # The servers' GOGC, as dashboards/README.md ("Sizing the server") advises: at 590 full
-# nodes Go's default 100 collected a 0.7 to 1 GB heap every 15 s, a third of the server's
-# CPU, and rule evaluations that met a collection took up to 4 times their median.
+# nodes Go's default 100 collected a 0.7 to 1 GB heap about every 15 s; at 200 the server
+# spent a quarter less CPU, and the rule evaluations that had met a collection (up to 10
+# times their median) mostly stopped (docs/performance.md).
 DEFAULT_GOGC = 200
 # Left out at the start of each turn: what the turn before left waiting on the shard.
 ALONE_SETTLE_S = 10

@@ -7,6 +7,7 @@ from collections import deque
 from hypothesis import given
 from hypothesis import strategies as st
 
+from burstscope.collector.exporter import PEAK_WINDOWS
 from burstscope.detectors.live import SLOT_NS, LiveDirection
 
 
@@ -25,6 +26,27 @@ def test_peak_is_the_highest_slot_overlapping_the_window(
         live.slots.append((start, value))
     inside = [peak for begin, peak in live.slots if begin + SLOT_NS > now_ns - window_ns]
     assert live.peak(window_ns, now_ns) == (max(inside) if inside else None)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.floats(0, 1)), max_size=900),
+    st.integers(0, 100_000_000_000),
+)
+def test_the_longest_exported_window_is_the_highest_of_every_window(
+    steps: list[tuple[int, float]], now_ns: int
+) -> None:
+    """What lets the rules and panels read the longest window alone (dashboards.rules
+    PEAK_WINDOW): every window ends at the same newest sample, so the longest holds the
+    others, and its peak is theirs when they have one."""
+    live = LiveDirection()
+    start = 0
+    for gap, value in steps:
+        start += (gap + 1) * SLOT_NS
+        live.slots.append((start, value))
+    peaks = [live.peak(length, now_ns) for _, length in PEAK_WINDOWS]
+    longest = live.peak(max(length for _, length in PEAK_WINDOWS), now_ns)
+    present = [peak for peak in peaks if peak is not None]
+    assert longest == (max(present) if present else None)
 
 
 def test_copy_shares_nothing_a_later_update_changes() -> None:
