@@ -472,16 +472,16 @@ LINK_ALERTS = frozenset(
 # 10.6% of the server's CPU (its /debug/pprof/profile over 60 s: text/template Parse 4.9%,
 # Funcs 3.3%, Execute 1.1%) and most of this group's time when it held all three burst
 # alerts: 0.50 s at the median, 0.11 s with the same rules stripped of their annotations
-# (bench/fleet.py --nodes 500 --profile lean). Two groups of about half each run beside
-# each other, on two cores, instead of one after the other; the CPU is the same.
+# (bench/fleet.py --nodes 500 --profile lean). Two groups run beside each other, on two
+# cores, instead of one after the other; the CPU is the same. At 590 full nodes the one group
+# took 0.59 to 0.62 s at the median; the two take 0.13 to 0.17 s and 0.22 to 0.53 s
+# (docs/performance.md, "590 nodes: what the alerts cost is their templates").
 BURST_ALERTS = frozenset({"BurstscopeHiddenBursts", "BurstscopeCongestionDuringBursts"})
 ALERTS = Group(
     "burstscope.alerts",
     interval=SLOW_WINDOWS_INTERVAL,
     rules=tuple(
-        alert
-        for alert in _ALERTS
-        if alert.name not in JOB_ALERTS | LINK_ALERTS | BURST_ALERTS
+        alert for alert in _ALERTS if alert.name not in JOB_ALERTS | LINK_ALERTS | BURST_ALERTS
     ),
     comment="""
         The agents, their nodes and the bursts that saturate their ports.
