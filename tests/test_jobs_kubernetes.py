@@ -428,13 +428,22 @@ def test_a_kubelet_that_goes_away_and_returns(
         restarted.put(pod("ml", "b", ("nvidia.com/gpu", ["GPU-2"])))
         restarted.start(socket_path)
         try:
-            clock.now += 1.0
-            assert [c.job.job_id for c in source.poll() or []] == ["ml/a", "ml/b"]
+            # The first call on a fresh channel can miss its 1 s deadline on a loaded machine
+            # (seen beside two CPU hogs); the watcher then tries again at its next poll, as
+            # here, until the kubelet answers.
+            retries, deadline = 0, time.monotonic() + 60
+            while True:
+                clock.now += 1.0
+                answer = source.poll()
+                if answer is not None or time.monotonic() > deadline:
+                    break
+                retries += 1
+            assert [c.job.job_id for c in answer or []] == ["ml/a", "ml/b"]
         finally:
             restarted.stop()
     assert len(lines(caplog, "unavailable")) == 1
     assert len(lines(caplog, f"{socket_path} answers again")) == 1
-    assert source.failures == 2
+    assert source.failures == 2 + retries
     source.close()
 
 
