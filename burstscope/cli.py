@@ -31,6 +31,7 @@ COMMANDS = {
     "export": "a trace's bursts as Chrome trace events, merged into a PyTorch trace if asked",
     "capture": "RoCEv2 packets per QP and traffic class, CNP/ECN, coflow collisions",
     "install-files": "copy the dashboards, alert rules and systemd unit to a directory",
+    "rule-placement": "when Prometheus runs each rule group; rules-file names that spread them",
 }
 
 

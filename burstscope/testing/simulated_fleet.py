@@ -344,6 +344,40 @@ def rule_files(directory: Path, shorten_for: bool, interval: str) -> list[str]:
     return names
 
 
+def place_rule_files(config: Path, rename: bool) -> dict[str, Any]:
+    """Where Prometheus will run the rule groups of the written configuration ``config``
+    (rules files beside it), each evaluation taken as 1 s: under their names ("hashed") and
+    under the names ``burstscope rule-placement --spread`` chooses. With ``rename``, the
+    files take those names, and its rule_files too, as dashboards/README.md ("Where
+    Prometheus places the groups") advises for a fleet."""
+    import yaml
+
+    from burstscope.rule_placement import crowding, groups_from_config, spread
+
+    groups, named_by = groups_from_config(str(config), 1.0)
+    before = crowding(groups)
+    renames, moved = spread(groups, list(named_by), taken=os.path.exists)
+    if not rename:
+        renames, moved = {}, groups
+    for old, new in renames.items():
+        os.rename(old, new)
+    loaded = yaml.safe_load(config.read_text())
+    loaded["rule_files"] = [
+        Path(renames.get(str(config.parent / entry), entry)).name for entry in loaded["rule_files"]
+    ]
+    config.write_text(yaml.safe_dump(loaded, sort_keys=False))
+    after = crowding(moved)
+    return {
+        "files": [Path(renames.get(f, f)).name for f in named_by],
+        "at_once_hashed": before.peak,
+        "beside_s_hashed": round(before.beside_s, 1),
+        "at_once": after.peak,
+        "beside_s": round(after.beside_s, 1),
+        "evaluation_s": after.evaluation_s,
+        "cycle_s": after.cycle_s,
+    }
+
+
 def _example(name: str) -> dict[str, Any]:
     import yaml  # the [web] extra; only the sharding helpers read YAML
 
