@@ -77,6 +77,7 @@ from burstscope.testing.simulated_fleet import (
     dashboard_targets,
     global_config,
     make_fleet,
+    place_rule_files,
     prometheus_config,
     running_prometheus,
     shard_configs,
@@ -389,24 +390,33 @@ class Server:
     history: list[tuple[dict[str, str], float]] = dataclasses.field(default_factory=list)
     history_node: Node | None = None
     history_every_node: bool = False
+    placement: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
 
-def make_servers(tmp: Path, fleet: Fleet, shards: int) -> list[Server]:
-    """The single server, or the shards and the global server that federates from them."""
+def make_servers(tmp: Path, fleet: Fleet, shards: int, placement: str) -> list[Server]:
+    """The single server, or the shards and the global server that federates from them.
+    ``placement`` "spread": each server's rules files under the names `burstscope
+    rule-placement --spread` gives for its folder (as each server on a machine of its own
+    would name them); "hashed": under their shipped names."""
     interval = f"{SCRAPE_S}s"
     if shards < 2:
         config = prometheus_config(tmp, fleet, interval, shorten_for=False)
-        return [Server("prometheus", config, tmp / "data", free_port())]
-    servers = [
-        Server(f"shard-{i}", config, config.parent / "data", free_port())
-        for i, config in enumerate(shard_configs(tmp, fleet, shards, interval, False))
-    ]
-    config = global_config(tmp, [s.url for s in servers], interval)
-    return [*servers, Server("global", config, config.parent / "data", free_port(), False)]
+        servers = [Server("prometheus", config, tmp / "data", free_port())]
+    else:
+        servers = [
+            Server(f"shard-{i}", config, config.parent / "data", free_port())
+            for i, config in enumerate(shard_configs(tmp, fleet, shards, interval, False))
+        ]
+        config = global_config(tmp, [s.url for s in servers], interval)
+        servers.append(Server("global", config, config.parent / "data", free_port(), False))
+    for server in servers:
+        if server.evaluates_rules:
+            server.placement = place_rule_files(server.config, rename=placement == "spread")
+    return servers
 
 
 @contextlib.contextmanager
@@ -521,6 +531,7 @@ def run_bench(
     shards: int = 0,
     profile: str = "full",
     gogc: int = DEFAULT_GOGC,
+    placement: str = "spread",
 ) -> dict[str, Any]:
     binary = shutil.which("prometheus") or "/usr/bin/prometheus"
     promtool = shutil.which("promtool") or "/usr/bin/promtool"
@@ -531,7 +542,7 @@ def run_bench(
     sharded = shards >= 2
     with tempfile.TemporaryDirectory(prefix="burstscope-fleet-") as tmp_name, fleet.running():
         tmp = Path(tmp_name)
-        servers = make_servers(tmp, fleet, shards)
+        servers = make_servers(tmp, fleet, shards, placement)
         # Phase 1: the live fleet from empty TSDBs, long enough for the 5 m windows to fill
         # and BurstscopeBurstSaturation (for: 5m) to fire; rule evaluation times throughout.
         live_started = time.time()
@@ -606,7 +617,7 @@ def run_bench(
                 figures[name]["peak_rss_bytes"] = max(
                     figures[name]["peak_rss_bytes"], prom.peak_rss_bytes()
                 )
-    return report(
+    result = report(
         nodes=nodes,
         shards=shards,
         profile=profile,
@@ -626,6 +637,13 @@ def run_bench(
         alone_rules=alone_rules,
         holder=holder,
     )
+    # Where each server's rule groups run in its cycle (burstscope rule-placement, each
+    # evaluation taken as 1 s): under the shipped names and under the names it ran with.
+    result["rule_placement"] = {
+        "mode": placement,
+        "servers": {s.name: s.placement for s in servers if s.placement},
+    }
+    return result
 
 
 def report(
@@ -807,6 +825,14 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the servers' GOGC (default {DEFAULT_GOGC}, as dashboards/README.md advises; "
         "100 is Go's own)",
     )
+    parser.add_argument(
+        "--placement",
+        choices=("spread", "hashed"),
+        default="spread",
+        help="spread (the default, as dashboards/README.md advises): each server's rules "
+        "files under the names `burstscope rule-placement --spread` chooses; hashed: under "
+        "the shipped names, where Prometheus' hash of name and path places the groups",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= 250 * 254:
@@ -825,6 +851,7 @@ def main(argv: list[str] | None = None) -> int:
         args.shards,
         args.profile,
         args.gogc,
+        args.placement,
     )
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0
