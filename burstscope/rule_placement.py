@@ -58,9 +58,9 @@ _DURATION_MS = (365 * 86_400_000, 7 * 86_400_000, 86_400_000, 3_600_000, 60_000,
 def parse_prometheus_duration(text: str) -> float:
     """Seconds of a Prometheus duration ("15s", "1m30s", "5m", "1d"), as common/model's
     ParseDuration reads it: units y w d h m s ms, each at most once, in that order."""
-    match = _DURATION.match(text.strip())
     if text.strip() == "0":
         return 0.0
+    match = _DURATION.match(text.strip())
     if not match or not any(match.groups()):
         raise ValueError(f"not a Prometheus duration: {text!r}")
     ms = sum(int(n) * unit for n, unit in zip(match.groups(), _DURATION_MS, strict=True) if n)
@@ -139,23 +139,19 @@ def crowding(groups: Sequence[Group]) -> Crowding:
                 events += [(0.0, 1, index), (end - cycle, -1, index)]
     # Ends before starts at the same moment: one group starting as another ends is not beside it.
     events.sort(key=lambda e: (e[0], e[1]))
-    active: dict[int, int] = {}
-    peak = 0
+    active: dict[int, int] = {}  # group index -> its evaluations running now
+    running = peak = 0
     beside = 0.0
     most: dict[int, int] = dict.fromkeys(range(len(groups)), 0)
     previous = 0.0
     for time, change, index in events:
-        running = sum(active.values())
         if running >= 2:
             beside += running * (time - previous)
         previous = time
-        if change > 0:
-            active[index] = active.get(index, 0) + 1
-        else:
-            active[index] -= 1
-            if not active[index]:
-                del active[index]
-        running = sum(active.values())
+        running += change
+        active[index] = active.get(index, 0) + change
+        if not active[index]:
+            del active[index]
         peak = max(peak, running)
         if change > 0:
             for other in active:
@@ -181,6 +177,15 @@ def candidate_names(file: str, count: int = CANDIDATES) -> list[str]:
     path = PurePosixPath(file)
     stem, dot, rest = path.name.partition(".")
     return [file] + [str(path.with_name(f"{stem}-{k}{dot}{rest}")) for k in range(1, count + 1)]
+
+
+def our_files(groups: Sequence[Group]) -> list[str]:
+    """The files :func:`spread` may rename: those whose every group is named ``OURS``*."""
+    return [
+        file
+        for file in dict.fromkeys(g.file for g in groups)
+        if all(g.name.startswith(OURS) for g in groups if g.file == file)
+    ]
 
 
 def spread(
@@ -223,6 +228,8 @@ def _yaml(path: str) -> Any:
             return yaml.safe_load(handle)
     except OSError as exc:
         raise UsageError(f"cannot read {path!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path!r} is not a text file") from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" line {where.line + 1}" if where is not None else ""

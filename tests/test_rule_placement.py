@@ -14,7 +14,6 @@ import json
 import math
 import re
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +39,8 @@ from burstscope.testing.simulated_fleet import (
     running_prometheus,
 )
 from tests.conftest import require_binary
+from tests.test_cli_core import assert_usage_error
+from tests.test_cli_core import burstscope as cli
 
 # A rules interval that is no divisor of a minute or of another: a wrong hash could not land
 # on the right start by sharing a multiple. Short, so every group runs within the test.
@@ -49,21 +50,7 @@ LATE_S = 0.5
 
 
 def burstscope(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "burstscope", "rule-placement", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def assert_usage_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
-    assert result.returncode == 2, result
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+    return cli("rule-placement", *args, timeout=120)
 
 
 def table(stdout: str) -> dict[tuple[str, str], float]:
@@ -232,6 +219,9 @@ def test_spread_names_are_where_prometheus_puts_them(
     assert result.returncode == 0, result
     moves = re.findall(r"^  mv (\S+) (\S+)$", result.stdout, flags=re.MULTILINE)
     assert moves, result.stdout
+    # rule_files names the files literally here: each renamed entry is told its new name
+    edits = re.findall(r"^  rule_files: (\S+) -> (\S+)$", result.stdout, flags=re.MULTILINE)
+    assert edits == [(Path(old).name, Path(new).name) for old, new in moves]
     before = re.search(r"at most (\d+) groups at once; ([\d.]+) of", result.stdout)
     after = re.search(
         r"--spread: with these names, at most (\d+) groups at once; ([\d.]+)", result.stdout
@@ -277,10 +267,32 @@ def test_a_configuration_that_is_not_yaml(tmp_path: Path) -> None:
     assert_usage_error(burstscope("--config", str(config)), "is not YAML")
 
 
-def test_rule_files_naming_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("rule_files: [absent/*.yml]\n", "names no file that exists"),
+        ("- a list\n", "is not a Prometheus configuration"),
+        ("rule_files: r.rules.yml\n", "rule_files is not a list of paths"),
+        ("global: {evaluation_interval: 15}\nrule_files: []\n", "global.evaluation_interval"),
+    ],
+)
+def test_a_bad_configuration(tmp_path: Path, text: str, fragment: str) -> None:
     config = tmp_path / "prometheus.yml"
-    config.write_text("rule_files: [absent/*.yml]\n")
-    assert_usage_error(burstscope("--config", str(config)), "names no file that exists")
+    config.write_text(text)
+    assert_usage_error(burstscope("--config", str(config)), fragment)
+
+
+def test_a_configuration_that_is_not_text(tmp_path: Path) -> None:
+    config = tmp_path / "prometheus.yml"
+    config.write_bytes(b"\xff\xfe\x00rule_files")
+    assert_usage_error(burstscope("--config", str(config)), "is not a text file")
+
+
+def test_rules_files_with_no_group(tmp_path: Path) -> None:
+    (tmp_path / "r.rules.yml").write_text("groups: []\n")
+    config = tmp_path / "prometheus.yml"
+    config.write_text("rule_files: [r.rules.yml]\n")
+    assert_usage_error(burstscope("--config", str(config)), "no rule groups to place")
 
 
 @pytest.mark.parametrize(

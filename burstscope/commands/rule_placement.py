@@ -20,6 +20,7 @@ from burstscope.rule_placement import (
     Group,
     crowding,
     groups_from_config,
+    our_files,
     prometheus_offset_s,
     spread,
 )
@@ -164,14 +165,11 @@ def run(args: argparse.Namespace) -> int:
     print(_summary(found))
     if not args.spread:
         return 0
-    ours = [
-        file
-        for file in dict.fromkeys(g.file for g in groups)
-        if all(g.name.startswith(OURS) for g in groups if g.file == file)
-    ]
+    ours = our_files(groups)
     if not ours:
         raise UsageError(f"--spread: no rules file holds only {OURS}* groups")
-    renames, moved = spread(groups, ours, taken=os.path.exists if not measured else _never)
+    # Names already on disk are another file's; a server's disk is not this machine's.
+    renames, moved = spread(groups, ours) if measured else spread(groups, ours, os.path.exists)
     print()
     if not renames:
         print(f"--spread: no name tried beside {', '.join(ours)} runs the groups further apart")
@@ -187,7 +185,3 @@ def run(args: argparse.Namespace) -> int:
     print()
     _table(moved, crowding(moved), measured)
     return 0
-
-
-def _never(_path: str) -> bool:
-    return False

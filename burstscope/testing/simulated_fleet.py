@@ -352,21 +352,23 @@ def place_rule_files(config: Path, rename: bool) -> dict[str, Any]:
     Prometheus places the groups") advises for a fleet."""
     import yaml
 
-    from burstscope.rule_placement import crowding, groups_from_config, spread
+    from burstscope.rule_placement import crowding, groups_from_config, our_files, spread
 
     groups, named_by = groups_from_config(str(config), 1.0)
     before = crowding(groups)
-    renames, moved = spread(groups, list(named_by), taken=os.path.exists)
-    if not rename:
-        renames, moved = {}, groups
-    for old, new in renames.items():
-        os.rename(old, new)
-    loaded = yaml.safe_load(config.read_text())
-    loaded["rule_files"] = [
-        Path(renames.get(str(config.parent / entry), entry)).name for entry in loaded["rule_files"]
-    ]
-    config.write_text(yaml.safe_dump(loaded, sort_keys=False))
-    after = crowding(moved)
+    renames: dict[str, str] = {}
+    after = before
+    if rename:
+        renames, moved = spread(groups, our_files(groups), taken=os.path.exists)
+        after = crowding(moved)
+        for old, new in renames.items():
+            os.rename(old, new)
+        loaded = yaml.safe_load(config.read_text())
+        loaded["rule_files"] = [
+            Path(renames.get(str(config.parent / entry), entry)).name
+            for entry in loaded["rule_files"]
+        ]
+        config.write_text(yaml.safe_dump(loaded, sort_keys=False))
     return {
         "files": [Path(renames.get(f, f)).name for f in named_by],
         "at_once_hashed": before.peak,
