@@ -222,8 +222,9 @@ def fleet_trends_row() -> list[Json]:
             "timeseries",
             "Share of saturated milliseconds, across nodes",
             "Per node, the share of all its ports' 1 ms samples at or above 90% of line rate "
-            "over the last 5 m (recording rule, buckets summed over ports before dividing); "
-            "the highest in each step, the 90th percentile and the median node.",
+            "over the last 5 m (recording rule: the mean of its port directions' shares, every "
+            "port read at every tick); the highest in each step, the 90th percentile and the "
+            "median node.",
             spread(peak_of(NODE_SATURATED), "node"),
             "percentunit",
             interval=FLEET_MIN_INTERVAL,

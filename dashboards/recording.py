@@ -124,31 +124,19 @@ SATURATION = Group(
         Record(
             "instance:burstscope_port_saturated_samples_per_samples:ratio_rate5m",
             expr="""
-                1 - (
-                  sum without (device, port, direction, le) (rate(
-                    burstscope_port_utilization_ratio_bucket{%(burstscopeSelector)s, le="0.9"}[5m]
-                  ))
-                    /
-                  sum without (device, port, direction) (
-                    rate(burstscope_port_utilization_ratio_count{%(burstscopeSelector)s}[5m])
-                  )
-                )
-                or
-                1 - (
-                  sum without (direction, le) (rate(
-                    burstscope_node_utilization_ratio_bucket{%(burstscopeSelector)s, le="0.9"}[5m]
-                  ))
-                    /
-                  sum without (direction) (
-                    rate(burstscope_node_utilization_ratio_count{%(burstscopeSelector)s}[5m])
-                  )
+                avg without (device, port, direction) (
+                  instance_device_port_direction:burstscope_port_saturated_samples_per_samples:ratio_rate5m
                 )
                 """,
             comment="""
-                Per node: share of all its ports' samples that were saturated over 5 m. Buckets
-                are summed before dividing, so a busy port weighs as much as its samples. The
-                full profile's per-port histograms, or the lean profile's per-node one (the
-                same buckets summed by the agent); a node has one or the other.
+                Per node: share of all its ports' samples that were saturated over 5 m, the
+                mean of its port directions' shares (the rule above, this evaluation's): the
+                sampler reads every port of a node at every tick, so each share has the same
+                denominator and their mean is the saturated samples over all samples. Read
+                from the 10,620 recorded shares at 590 nodes rather than 5 m of the 21,240
+                histogram series (the bucket and the count): 0.05 s instead of 0.24 s per
+                evaluation at 590 full nodes (bench/fleet.py's server, docs/performance.md),
+                and one rule for both profiles.
                 """,
         ),
     ),
@@ -165,10 +153,10 @@ PAGING = Group(
             "instance_device_port_direction:burstscope_port_samples_above_95_percent_per_samples:ratio_rate5m",
             expr="""
                 1 - (
-                  sum without (le) (rate(
+                  rate(
                     burstscope_port_utilization_ratio_bucket{%(burstscopeSelector)s, le="0.95"}[5m]
-                  ))
-                    /
+                  )
+                    / ignoring (le)
                   rate(burstscope_port_utilization_ratio_count{%(burstscopeSelector)s}[5m])
                 )
                 or
@@ -179,7 +167,8 @@ PAGING = Group(
                 BurstscopeBurstSaturation pages on. A lean node has no per-port histogram: its
                 share is the saturated time's (at or above 90% by default, burstscope.saturation),
                 so on the lean profile the alert pages a little earlier (docs/metrics.md,
-                "Profiles").
+                "Profiles"). One-to-one matching ignoring le drops it from the result, with no
+                aggregation of the 10,620 buckets to drop it.
                 """,
         ),
     ),
