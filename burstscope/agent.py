@@ -55,6 +55,7 @@ from burstscope.collector.recording import Recording, Retention
 from burstscope.collector.sampler import SamplerConfig, SamplerError, parse_interval
 from burstscope.collector.sources.base import CounterSource
 from burstscope.collector.step_summaries import LiveSteps, StepSettings, step_settings
+from burstscope.collector.threads import get_interruptibly
 from burstscope.collector.throttle_live import LiveThrottle
 from burstscope.collector.trace import DIRECTORY_MODE, TraceError, TraceInfo
 from burstscope.collector.web_config import (
@@ -628,7 +629,8 @@ def serve(args: argparse.Namespace) -> int:
     # SimpleQueue, not an Event: a handler runs between any two bytecodes of the main thread,
     # and Event.set() takes the lock that the main thread may hold right then inside
     # Event.wait() or clear(), which would hang for ever. SimpleQueue.put() is reentrant
-    # (its documentation says so), and a blocked get() runs the handlers.
+    # (its documentation says so), and a blocked get() runs the handlers; in slices
+    # (get_interruptibly), as a signal the kernel gives another thread does not wake it.
     wake: queue.SimpleQueue[int | str] = queue.SimpleQueue()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -666,7 +668,7 @@ def serve(args: argparse.Namespace) -> int:
         notifier.ready(status)
         watchdog = _start_watchdog(agent, notifier)
         while True:
-            events = [wake.get()]
+            events = [get_interruptibly(wake)]
             with contextlib.suppress(queue.Empty):
                 while True:  # what came together is acted on once: a stop before a reload
                     events.append(wake.get_nowait())

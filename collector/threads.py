@@ -11,8 +11,37 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
+from typing import TypeVar
 
 COMM_CHARACTERS = 15  # TASK_COMM_LEN 16, less the terminating NUL (include/linux/sched.h)
+
+# A Python signal handler runs in the main thread, when it next executes bytecode. kill(2)
+# gives a process's signal to any one of its threads that does not block it (signal(7),
+# "Signal mask and pending signals"); when that is not the main thread, a main thread
+# blocked in a lock with no timeout (queue.SimpleQueue.get(), threading.Event.wait()) is not
+# woken (only the thread the signal interrupts gets EINTR), and the handler waits for
+# whatever wakes it next: SIGTERM left the agent, with its HTTP, MQTT and jobs threads,
+# running 60 s until the test aborted it. A wait in slices of this length returns to
+# bytecode at least this often, so a handler runs within it (tests/test_signal_safe_event.py
+# sends the signal to one named thread with tgkill(2)).
+SIGNAL_LATENCY_S = 0.25
+
+T = TypeVar("T")
+
+
+def get_interruptibly(wake: queue.SimpleQueue[T], timeout: float | None = None) -> T:
+    """``wake.get(timeout=timeout)``, in slices of SIGNAL_LATENCY_S so that the main thread
+    runs a signal's handler within one slice whichever thread the kernel gave it to.
+    Raises queue.Empty once ``timeout`` seconds (None: no limit) have passed."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = SIGNAL_LATENCY_S if deadline is None else deadline - time.monotonic()
+        try:
+            return wake.get(timeout=max(0.0, min(SIGNAL_LATENCY_S, left)))
+        except queue.Empty:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
 
 
 def os_thread_name(name: str) -> str:
@@ -41,7 +70,7 @@ class SignalSafeEvent:
     wait for itself for ever, and Ctrl-C or SIGTERM would hang the program. ``set`` here
     takes no lock: it sets a flag and puts into a ``queue.SimpleQueue``, whose ``put`` the
     standard library documents as reentrant; a ``wait`` blocked in its ``get`` runs the
-    handlers.
+    handlers (within SIGNAL_LATENCY_S when the kernel gave the signal to another thread).
     """
 
     def __init__(self) -> None:
@@ -60,7 +89,7 @@ class SignalSafeEvent:
         if self._set:
             return True
         try:
-            self._wake.get(timeout=timeout)
+            get_interruptibly(self._wake, timeout)
         except queue.Empty:
             return self._set
         self._wake.put(None)  # every other waiter wakes too

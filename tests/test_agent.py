@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from burstscope.testing.processes import STOP_SECONDS, AgentProcess, fetch, metric, wait_until
+from burstscope.testing.processes import (
+    STOP_SECONDS,
+    AgentProcess,
+    fetch,
+    main_thread_asleep,
+    metric,
+    other_threads,
+    wait_until,
+)
 from tests.conftest import SYSFS
 from tests.test_cli_core import assert_usage_error, burstscope
 
@@ -56,6 +64,23 @@ def test_sigterm_stops_within_two_seconds(loopback_agent: AgentProcess) -> None:
     assert status == 0, stderr
     assert seconds < STOP_SECONDS
     assert "stopped" in stderr
+
+
+def test_sigterm_taken_by_another_thread_stops_it(loopback_agent: AgentProcess) -> None:
+    """kill(2) hands SIGTERM to any thread of the agent that does not block it; given to one
+    that is not the main thread (tgkill), the agent stops as fast. Before get_interruptibly
+    the main thread slept on in its untimed wait: 60 s, then the test aborted it."""
+    # The data counters appear after the first drain, past which the main thread's only
+    # sleep is its wait for a signal (burstscope/agent.py serve).
+    loopback_agent.scrape_when("burstscope_port_data_bytes_total{")
+    assert wait_until(lambda: main_thread_asleep(loopback_agent.pid))
+    threads = other_threads(loopback_agent.pid)
+    assert threads, "the agent runs threads beside its main one"
+    started = time.monotonic()
+    status = loopback_agent.stop(thread=threads[0])
+    assert status == 0, loopback_agent.stderr
+    assert time.monotonic() - started < STOP_SECONDS
+    assert "stopped" in loopback_agent.stderr
 
 
 def test_a_source_failing_at_start_is_visible_in_health(sysfs_copy: Path) -> None:

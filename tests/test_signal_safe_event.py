@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import signal
 import subprocess
 import sys
@@ -13,6 +14,12 @@ from types import FrameType
 import pytest
 
 from burstscope.collector.threads import SignalSafeEvent
+from burstscope.testing.processes import (
+    TGKILL_SYSCALL,
+    main_thread_asleep,
+    signal_thread,
+    wait_until,
+)
 
 
 @pytest.fixture
@@ -97,3 +104,47 @@ def test_every_waiting_thread_wakes_and_a_timeout_says_false() -> None:
     for waiter in waiters:
         waiter.join(30)
     assert woke == [True, True, True]
+
+
+# The main thread waits with no timeout (an untimed queue.SimpleQueue.get, or the event's wait)
+# while a second thread idles; SIGTERM's handler wakes the wait.
+WAIT_WITHOUT_TIMEOUT = """
+import queue, signal, sys, threading
+from burstscope.collector.threads import SignalSafeEvent
+
+event, wake, idle = SignalSafeEvent(), queue.SimpleQueue(), threading.Event()
+signal.signal(signal.SIGTERM, lambda signum, frame: (event.set(), wake.put(signum)))
+worker = threading.Thread(target=idle.wait)
+worker.start()
+print(worker.native_id, flush=True)
+event.wait() if sys.argv[1] == "safe" else wake.get()
+idle.set()
+print("woke", flush=True)
+"""
+
+
+@pytest.mark.skipif(
+    platform.machine() not in TGKILL_SYSCALL, reason="tgkill's number is known for x86_64, arm64"
+)
+@pytest.mark.parametrize("kind", ["SimpleQueue", "safe"])
+def test_a_signal_another_thread_takes_wakes_an_untimed_wait(kind: str) -> None:
+    """kill(2) may hand the signal to any thread; sent to the idle one alone (tgkill), an
+    untimed SimpleQueue.get in the main thread sleeps on (the agent's hang on SIGTERM), and
+    the event's wait wakes within its slice."""
+    run = [sys.executable, "-c", WAIT_WITHOUT_TIMEOUT, kind]
+    process = subprocess.Popen(run, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        worker = int(process.stdout.readline())
+        # Asleep after the print: in the wait (the only place left to sleep in).
+        assert wait_until(lambda: main_thread_asleep(process.pid))
+        signal_thread(process.pid, worker, signal.SIGTERM)
+        if kind == "SimpleQueue":
+            with pytest.raises(subprocess.TimeoutExpired):
+                process.wait(5)
+            return
+        assert process.wait(60) == 0
+        assert process.stdout.read() == "woke\n"
+    finally:
+        process.kill()
+        process.wait()

@@ -3,7 +3,9 @@ the agent as such a command, and what tests ask its /metrics."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import shutil
 import signal
 import socket
@@ -24,6 +26,44 @@ DEADLINE_SECONDS = 60.0
 # would kill it. A quiet machine takes under 0.5 s; a loaded one, with two CPU hogs and other
 # test runs beside it, was seen to need 2.1 s.
 STOP_SECONDS = 10.0
+
+
+# tgkill(2)'s system call number. Python's os has no tgkill: os.kill signals the whole
+# process (any thread may take it), signal.pthread_kill only a thread of this process. From
+# the kernel's tables: arch/x86/entry/syscalls/syscall_64.tbl (234 tgkill) and
+# include/uapi/asm-generic/unistd.h (__NR_tgkill 131), which arm64 uses.
+TGKILL_SYSCALL = {"x86_64": 234, "aarch64": 131}
+
+
+def signal_thread(pid: int, tid: int, signum: int) -> None:
+    """Send ``signum`` to thread ``tid`` of process ``pid`` alone, as the kernel may hand a
+    kill(2) to any thread (tgkill(2)); NotImplementedError on another architecture."""
+    number = TGKILL_SYSCALL.get(platform.machine())
+    if number is None:
+        raise NotImplementedError(f"tgkill's system call number on {platform.machine()}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(number, pid, tid, signum) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, os.strerror(error))
+
+
+def main_thread_asleep(pid: int) -> bool:
+    """Process ``pid``'s main thread is asleep (state S in /proc/PID/task/PID/stat, proc(5))
+    now and again 0.1 s later: waiting, not between two waits."""
+
+    def asleep() -> bool:
+        stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] == "S"
+
+    if not asleep():
+        return False
+    time.sleep(0.1)
+    return asleep()
+
+
+def other_threads(pid: int) -> list[int]:
+    """The thread ids of process ``pid`` but its main thread's (whose id is ``pid``)."""
+    return sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = DEADLINE_SECONDS) -> bool:
@@ -84,12 +124,21 @@ class LoggedProcess:
             raise AssertionError(f"{fragment!r} not logged; log: {self.lines}")
         return found[0]
 
-    def stop(self, signum: int = signal.SIGTERM, timeout: float = DEADLINE_SECONDS) -> int:
-        """Send ``signum``, wait for the exit and for every line it wrote; the exit status.
-        A process that does not exit in time fails the test with its last lines: for a Python
-        one started with PYTHONFAULTHANDLER set, every thread's stack, which SIGABRT dumps."""
+    def stop(
+        self,
+        signum: int = signal.SIGTERM,
+        timeout: float = DEADLINE_SECONDS,
+        thread: int | None = None,
+    ) -> int:
+        """Send ``signum`` (to thread id ``thread`` alone if given), wait for the exit and for
+        every line it wrote; the exit status. A process that does not exit in time fails the
+        test with its last lines: for a Python one started with PYTHONFAULTHANDLER set, every
+        thread's stack, which SIGABRT dumps."""
         if self.process.poll() is None:
-            self.process.send_signal(signum)
+            if thread is None:
+                self.process.send_signal(signum)
+            else:
+                signal_thread(self.process.pid, thread, signum)
         try:
             status = self.process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -255,9 +304,10 @@ class AgentProcess:
         before = self.value("burstscope_sampler_ticks_total ") or 0
         return wait_until(lambda: (self.value("burstscope_sampler_ticks_total ") or 0) > before)
 
-    def stop(self) -> int:
-        """SIGTERM, then the exit status once every line it wrote is read."""
-        return self.run.stop()
+    def stop(self, thread: int | None = None) -> int:
+        """SIGTERM (to thread id ``thread`` alone if given), then the exit status once every
+        line it wrote is read."""
+        return self.run.stop(thread=thread)
 
     def kill(self) -> None:
         self.run.kill()
