@@ -24,7 +24,7 @@ COMM_CHARACTERS = 15  # TASK_COMM_LEN 16, less the terminating NUL (include/linu
 # whatever wakes it next: SIGTERM left the agent, with its HTTP, MQTT and jobs threads,
 # running 60 s until the test aborted it. A wait in slices of this length returns to
 # bytecode at least this often, so a handler runs within it (tests/test_signal_safe_event.py
-# sends the signal to one named thread with tgkill(2)).
+# and tests/test_agent.py send the signal to one other thread alone with tgkill(2)).
 SIGNAL_LATENCY_S = 0.25
 
 T = TypeVar("T")
