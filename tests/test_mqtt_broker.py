@@ -289,7 +289,9 @@ def test_payloads_of_constructed_bursts(broker: Broker) -> None:
         thresholds=SimpleNamespace(burst=0.5),
         listeners=[],
         jobs=lambda: in_force[0],
-        snapshot=lambda: SimpleNamespace(ports=(), slow=None, recording=None, jobs=table),
+        snapshot=lambda: SimpleNamespace(
+            ports=(), slow=None, recording=None, jobs=table, silent_since={}, devices=()
+        ),
     )
     url = f"mqtt://127.0.0.1:{broker.port}"
     subscriber = Subscriber(url)
@@ -317,6 +319,11 @@ def test_payloads_of_constructed_bursts(broker: Broker) -> None:
         assert subscriber.wait_for(lambda: len(subscriber.events()) >= 6, 10)
     finally:
         handle.stop()
+        # The offline status goes out as the handle stops; the subscriber stays until it is in
+        # (checked below): stopped at once, it could miss it (seen on a fresh-clone run).
+        subscriber.wait_for(
+            lambda: any(line.get("online") is False for line in list(subscriber.lines)), 10
+        )
         subscriber.stop()
     run = handle.identity.run
     topic = "burstscope/node7/mlx5_0/1/burst"
